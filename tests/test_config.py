@@ -1,0 +1,66 @@
+"""Config validation: bad configs fail with a message naming the field, before any model is built."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.config import ConfigError, load_config, validate
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = sorted((REPO / "trainer" / "configs").glob("*.yaml"))
+
+
+def test_overrides_are_typed():
+    cfg = load_config(None, ["total_steps=7", "lr=3e-4", "dynamic_sampling=false", "clip_c=3", "task_kwargs={max_digits: 4}"])
+    assert (cfg.total_steps, cfg.lr, cfg.dynamic_sampling, cfg.clip_c) == (7, 3e-4, False, 3.0)
+    assert cfg.task_kwargs == {"max_digits": 4}
+
+
+@pytest.mark.parametrize("override, needle", [
+    (["total_stpes=3"], "unknown config key(s) 'total_stpes' (did you mean 'total_steps'?)"),
+    (["total_steps=abc"], "config field 'total_steps' expects int, got 'abc'"),
+    (["lr=fast"], "config field 'lr' expects float"),
+    (["prompts_per_step=10", "mini_batches_per_step=4"], "prompts_per_step=10 is not divisible by mini_batches_per_step=4"),
+    (["samples_per_prompt=1"], "samples_per_prompt must be >= 2"),
+    (["algorithm=ppo"], "algorithm must be one of"),
+    (["algorithm=seeds", "seed_rule=middle"], "seed_rule must be one of"),
+    (["algorithm=luffy", "luffy_off_policy_per_group=8"], "luffy_off_policy_per_group must be in [1, samples_per_prompt)"),
+    (["model=tiny:3m"], "tiny sizes are"),
+])
+def test_bad_configs_name_the_field(override, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, override)
+    assert needle in str(err.value)
+
+
+def test_world_size_division():
+    cfg = load_config(None, ["prompts_per_step=6"])
+    validate(cfg, world_size=2)
+    with pytest.raises(ConfigError, match="not divisible by the world size 4"):
+        validate(cfg, world_size=4)
+
+
+def test_bad_yaml_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="flat mapping"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_cli_fails_before_building_a_model(tmp_path):
+    # An unknown key exits with status 2 and a clear message; no run directory is created.
+    res = subprocess.run([sys.executable, "-m", "trainer.train", f"output_dir={tmp_path}", "bogus_key=1"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2
+    assert "unknown config key(s) 'bogus_key'" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_presets_validate(preset):
+    cfg = load_config(preset)
+    validate(cfg)

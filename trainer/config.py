@@ -1,0 +1,283 @@
+"""Training configuration: one validated dataclass; YAML presets are flat overrides of its fields.
+
+``load_config(path, overrides)`` reads a preset, applies ``key=value`` overrides from the command line, and
+validates everything before any model is built: unknown keys, wrong types and impossible batch divisions fail
+with a message that names the field and says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+ALGORITHMS = ("dapo", "seeds", "luffy", "m2po")
+SEED_RULES = ("ratio", "entropy")
+SEED_LOSSES = ("state", "state+action")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the field and the fix."""
+
+
+@dataclass
+class Config:
+    # --- run -------------------------------------------------------------------------------------------
+    run_name: str = "run"                 # folder under output_dir
+    output_dir: str = "runs"              # runs/<run_name>/ holds config, metrics, rollouts, checkpoints
+    seed: int = 0                         # seeds data order, sampling and truncation
+    resume: str = "auto"                  # auto: continue from the latest checkpoint of this run; never; or a checkpoint path
+    deterministic: bool = False           # torch deterministic algorithms (CPU runs are then bit-reproducible)
+    total_steps: int = 100                # optimizer steps (one rollout batch each; several with mini_batches_per_step)
+    # --- model -----------------------------------------------------------------------------------------
+    model: str = "tiny:2m"                # HF directory or hub id, or tiny:<size> to build a fresh tiny model
+    dtype: str = "auto"                   # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16
+    sft_steps: int = 0                    # tiny:<size> only: supervised warm-up on the task first (cached under output_dir/_sft_cache)
+    gradient_checkpointing: bool = False
+    # --- data and reward -------------------------------------------------------------------------------
+    task: str = "addition"                # reward: addition | countdown | math | code
+    train_file: str = ""                  # JSONL or JSON array (or a hub dataset id); empty: generate the embedded task
+    train_subset: str = ""                # hub datasets: the configuration name (e.g. "en"); empty = default
+    max_train_examples: int = 0           # > 0: a random subset of this many rows (drawn with `seed`), e.g. 4608
+    prompt_key: str = "prompt"            # field holding the question (dotted paths reach nested fields; chat lists use the last turn)
+    answer_key: str = "answer"            # field holding the gold answer (e.g. reward_model.ground_truth)
+    off_policy_key: str = "solution"      # field holding LUFFY's off-policy trace
+    template: str = "raw"                 # prompt template (eval.templates): raw | qwen-math | qwen-boxed | r1
+    num_train_examples: int = 4000        # embedded tasks: examples generated from `seed`
+    task_kwargs: dict = field(default_factory=dict)  # embedded tasks: difficulty, e.g. {min_digits: 2, max_digits: 3}
+    max_prompt_tokens: int = 512          # longer prompts are dropped at load time (counted in the log)
+    # --- rollout ---------------------------------------------------------------------------------------
+    engine: str = "hf"                    # hf (KV-cache sampler on transformers) | vllm | auto
+    prompts_per_step: int = 16            # B: prompts per optimizer step (global, all ranks)
+    samples_per_prompt: int = 8           # G: responses per prompt
+    max_response_tokens: int = 64         # generation budget per response (seed + continuation)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    vllm_gpu_memory_utilization: float = 0.4
+    # --- DAPO ------------------------------------------------------------------------------------------
+    clip_low: float = 0.2                 # epsilon_low
+    clip_high: float = 0.28               # epsilon_high (clip-higher)
+    clip_c: float | None = None           # dual-clip bound for negative advantages; null = off
+    loss_agg: str = "token-mean"          # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
+    adv_scale: str = "std"                # std: (R - mean)/(std + eps); none: R - mean
+    dynamic_sampling: bool = True         # drop zero-variance groups and sample more prompts
+    max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
+    overlong_buffer_tokens: int = 0       # DAPO soft overlong punishment window (0 = off)
+    overlong_penalty: float = 1.0         # maximum penalty inside the window
+    mini_batches_per_step: int = 1        # optimizer updates per rollout batch (Figure 3b); 1 = paper setting
+    micro_batch_size: int = 32            # responses per forward/backward on each rank
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"         # constant | cosine
+    max_grad_norm: float = 1.0
+    entropy_coef: float = 0.0             # entropy bonus (LUFFY uses 0.001)
+    # --- algorithm -------------------------------------------------------------------------------------
+    algorithm: str = "dapo"               # dapo | seeds | luffy | m2po
+    # Thinking Seeds (algorithm=seeds)
+    seed_refresh_interval: int = 8        # T: every T steps the current policy writes rollouts for the next T batches
+    seed_rule: str = "ratio"              # ratio | entropy
+    seed_ratio: float = 0.5               # ratio rule: seed = round(|o| * ratio)
+    seed_topk: int = 32                   # entropy rule: cut at one of the k highest-entropy positions
+    seed_loss: str = "state+action"       # state: seed tokens masked out; state+action: seed tokens use r = pi/pi_behavior
+    seed_stale_loss: str = "clip"         # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
+    # LUFFY (algorithm=luffy)
+    luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
+    luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
+    # M2PO (algorithm=m2po)
+    m2po_tau: float = 0.04                # second-moment threshold
+    m2po_staleness: int = 4               # train on rollouts written this many steps ago
+    # --- logging and checkpoints ------------------------------------------------------------------------
+    save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
+    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all)
+    log_rollouts: bool = True             # write rollouts/step_N.parquet every step
+    tracker: str = "none"                 # none | tensorboard | wandb
+    progress: bool = True                 # progress bar on rank 0
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+
+# ------------------------------------------------------------------------------------------------------
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(name: str, value, tp):
+    """Coerce a YAML/CLI value to the field's declared type, or raise ConfigError naming the field."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
+            return None
+        return _coerce(name, value, args[0])
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif tp in (dict, tuple) or origin in (dict, tuple):
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        want = dict if (tp is dict or origin is dict) else tuple
+        if want is dict and isinstance(value, dict):
+            return value
+        if want is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+    raise ConfigError(f"config field '{name}' expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _field_types() -> dict:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in fields(Config)}
+
+
+def apply_overrides(base: dict, overrides: list[str] | dict) -> dict:
+    out = dict(base)
+    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
+    for key, value in items:
+        out[key] = value
+    return out
+
+
+def _split_override(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key=value (e.g. total_steps=10)")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+
+
+def build_config(values: dict, *, source: str = "config") -> Config:
+    types_ = _field_types()
+    unknown = sorted(set(values) - set(types_))
+    if unknown:
+        import difflib
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, types_, n=1)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise ConfigError(f"{source}: unknown config key(s) {', '.join(hints)}; see trainer/config.py for the fields")
+    kwargs = {k: _coerce(k, v, types_[k]) for k, v in values.items()}
+    cfg = Config(**kwargs)
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | dict = ()) -> Config:
+    values: dict = {}
+    source = "command line"
+    if path:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file '{path}' does not exist (presets live in trainer/configs/)")
+        with open(path) as f:
+            try:
+                loaded = yaml.safe_load(f) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: a preset is a flat mapping of config fields, got {type(loaded).__name__}")
+        values, source = loaded, str(path)
+    values = apply_overrides(values, overrides)
+    return build_config(values, source=source)
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def validate(cfg: Config, *, world_size: int = 1) -> None:
+    """Every check that can fail before a model is built."""
+    _check(cfg.algorithm in ALGORITHMS, f"algorithm must be one of {ALGORITHMS}, got '{cfg.algorithm}'")
+    _check(cfg.total_steps >= 1, f"total_steps must be >= 1, got {cfg.total_steps}")
+    _check(cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1")
+    _check(cfg.samples_per_prompt >= 2,
+           f"samples_per_prompt must be >= 2 for group advantages, got {cfg.samples_per_prompt}")
+    _check(cfg.max_response_tokens >= 1, "max_response_tokens must be >= 1")
+    _check(cfg.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    _check(cfg.mini_batches_per_step >= 1, "mini_batches_per_step must be >= 1")
+    _check(cfg.prompts_per_step % cfg.mini_batches_per_step == 0,
+           f"prompts_per_step={cfg.prompts_per_step} is not divisible by mini_batches_per_step="
+           f"{cfg.mini_batches_per_step}: each mini-batch must hold whole groups; change one of them")
+    _check(cfg.prompts_per_step % world_size == 0,
+           f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world_size}: every rank "
+           f"samples the same number of prompts; use a multiple of {world_size}")
+    _check(cfg.loss_agg in LOSS_AGGS, f"loss_agg must be one of {LOSS_AGGS}, got '{cfg.loss_agg}'")
+    _check(cfg.adv_scale in ("std", "none"), f"adv_scale must be 'std' or 'none', got '{cfg.adv_scale}'")
+    _check(cfg.lr_schedule in ("constant", "cosine"), f"lr_schedule must be constant or cosine, got '{cfg.lr_schedule}'")
+    _check(cfg.engine in ("hf", "vllm", "auto"), f"engine must be hf, vllm or auto, got '{cfg.engine}'")
+    _check(cfg.dtype in ("auto", "float32", "bfloat16"), f"dtype must be auto, float32 or bfloat16, got '{cfg.dtype}'")
+    _check(cfg.tracker in ("none", "tensorboard", "wandb"), f"tracker must be none, tensorboard or wandb, got '{cfg.tracker}'")
+    _check(0.0 <= cfg.clip_low < 1.0 and cfg.clip_high >= 0.0, "clip_low must lie in [0, 1) and clip_high >= 0")
+    _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
+    _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
+    _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
+    _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
+    _check(cfg.overlong_buffer_tokens < cfg.max_response_tokens,
+           "overlong_buffer_tokens must be smaller than max_response_tokens")
+    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
+           f"resume must be auto, never or an existing checkpoint path; '{cfg.resume}' does not exist")
+    if cfg.algorithm == "seeds":
+        _check(cfg.seed_refresh_interval >= 1, "seed_refresh_interval (T) must be >= 1")
+        _check(cfg.seed_rule in SEED_RULES, f"seed_rule must be one of {SEED_RULES}, got '{cfg.seed_rule}'")
+        _check(0.0 <= cfg.seed_ratio <= 1.0, f"seed_ratio must lie in [0, 1], got {cfg.seed_ratio}")
+        _check(cfg.seed_topk >= 1, "seed_topk must be >= 1")
+        _check(cfg.seed_loss in SEED_LOSSES, f"seed_loss must be one of {SEED_LOSSES}, got '{cfg.seed_loss}'")
+        _check(cfg.seed_stale_loss in ("clip", "m2po"), "seed_stale_loss must be clip or m2po")
+    if cfg.algorithm == "luffy":
+        _check(1 <= cfg.luffy_off_policy_per_group < cfg.samples_per_prompt,
+               f"luffy_off_policy_per_group must be in [1, samples_per_prompt), got {cfg.luffy_off_policy_per_group}")
+        _check(cfg.luffy_gamma > 0, "luffy_gamma must be > 0")
+    if cfg.algorithm == "m2po":
+        _check(cfg.m2po_tau > 0, "m2po_tau must be > 0")
+        _check(cfg.m2po_staleness >= 0, "m2po_staleness must be >= 0")
+    _check(cfg.sft_steps == 0 or (cfg.model.startswith("tiny:") and not cfg.train_file),
+           "sft_steps (supervised warm-up) applies to tiny:<size> models on embedded tasks; set it to 0")
+    if cfg.model.startswith("tiny:"):
+        _check(cfg.model.split(":", 1)[1] in ("1m", "2m", "5m", "20m"),
+               f"model '{cfg.model}': tiny sizes are tiny:1m, tiny:2m, tiny:5m, tiny:20m")
+
+
+def to_dict(cfg: Config) -> dict:
+    d = dataclasses.asdict(cfg)
+    d["betas"] = list(cfg.betas)
+    return d
+
+
+def dump_config(cfg: Config, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        yaml.safe_dump(to_dict(cfg), f, sort_keys=False)
+    os.replace(tmp, path)

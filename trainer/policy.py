@@ -1,0 +1,104 @@
+"""The policy model: building it, and the trainer's own forward that yields per-token log-probs and entropies.
+
+Old, behavior and current log-probs all come from ``response_logprobs`` so that they are computed the same way
+(one code path, one dtype). Sequences are laid out with left-padded prompts and right-padded responses, so the
+response occupies the same columns in every row and only ``R + 1`` logit columns are computed
+(``logits_to_keep``), never the prompt's.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from trainer.algos import logprobs_and_entropy
+from trainer.fsdp import Dist, all_gather_objects
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def build_policy(model_name: str, *, dtype: torch.dtype, seed: int):
+    """(model, tokenizer) from an HF directory / hub id, or a fresh tiny model for ``tiny:<size>``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if model_name.startswith("tiny:"):
+        from trainer.tiny import build_model, build_tokenizer
+        tokenizer = build_tokenizer()
+        model = build_model(model_name.split(":", 1)[1], tokenizer, seed=seed).to(dtype)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
+        model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, pad_id: int, device):
+    """Left-pad prompts to P, right-pad responses to R. Returns input_ids [n, P+R], attention_mask,
+    position_ids, response ids [n, R] and response mask [n, R]."""
+    n = len(prompts)
+    P = max(len(p) for p in prompts)
+    R = max(1, max(len(r) for r in responses))
+    ids = torch.full((n, P + R), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, P + R), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+        ids[i, P:P + len(r)] = torch.tensor(r, dtype=torch.long)
+        attn[i, P - len(p):P + len(r)] = 1
+    pos = (attn.cumsum(1) - 1).clamp(min=0)
+    resp_ids = ids[:, P:]
+    resp_mask = attn[:, P:].bool()
+    return ids.to(device), attn.to(device), pos.to(device), resp_ids.to(device), resp_mask.to(device)
+
+
+def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0):
+    """Per-token log-probs and entropies of ``responses`` given ``prompts``: ([n, R], [n, R], mask [n, R]).
+
+    Logits are divided by the sampling temperature, so the ratio compares the distributions that sampled.
+    """
+    ids, attn, pos, resp_ids, resp_mask = pack(prompts, responses, pad_id=pad_id, device=device)
+    R = resp_ids.shape[1]
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=R + 1, use_cache=False)
+    logits = out.logits[:, :-1].float()  # [n, R, V]: position P-1+t predicts response token t
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    logp, ent = logprobs_and_entropy(logits, resp_ids)
+    return logp, ent, resp_mask
+
+
+def _micro_batches(order: list[int], size: int) -> list[list[int]]:
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+@torch.no_grad()
+def score(model, prompts, responses, *, pad_id: int, micro_batch_size: int, d: Dist, temperature: float = 1.0
+          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """No-grad log-probs and entropies for every response (all ranks get all of them).
+
+    Each rank scores a strided shard; every rank runs the same number of forwards (FSDP needs that), then the
+    results are gathered. Rows are sorted by length inside a shard to keep padding small.
+    """
+    n = len(prompts)
+    mine = list(range(d.rank, n, d.world_size))
+    mine.sort(key=lambda i: len(prompts[i]) + len(responses[i]))
+    batches = _micro_batches(mine, micro_batch_size)
+    n_batches = max(len(_micro_batches(list(range(r, n, d.world_size)), micro_batch_size)) for r in range(d.world_size))
+    results: dict[int, tuple[list[float], list[float]]] = {}
+    for b in range(n_batches):
+        idx = batches[b] if b < len(batches) else [mine[0] if mine else 0]  # dummy forward keeps ranks in step
+        logp, ent, mask = response_logprobs(model, [prompts[i] for i in idx], [responses[i] for i in idx],
+                                            pad_id=pad_id, device=d.device, temperature=temperature)
+        if b >= len(batches):
+            continue
+        for row, i in enumerate(idx):
+            L = len(responses[i])
+            results[i] = (logp[row, :L].cpu(), ent[row, :L].cpu())
+    gathered = all_gather_objects(results, d)
+    merged = {}
+    for part in gathered:
+        merged.update(part)
+    return [merged[i][0] for i in range(n)], [merged[i][1] for i in range(n)]

@@ -1,0 +1,257 @@
+"""Each step's rollout groups: on-policy, Thinking Seeds, LUFFY-mixed or stale (M2PO).
+
+``RolloutBuilder.collect(step)`` returns the step's groups of ``Rollout`` rows, with rewards, before advantages.
+Its state (the seed buffer of the current refresh cycle, the stale queue) is part of ``trainer_state/``, so a
+run killed in the middle of a cycle resumes with the same seeds.
+
+Thinking Seeds (DESIGN §2): at step s with s mod T = 0 the current policy π_b samples G responses for every
+prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward. Batch s
+trains on them as on-policy DAPO; batch s+j truncates each cached response independently (ratio or entropy rule)
+and the policy of step s+j continues from prompt + seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
+from trainer.fsdp import Dist, all_gather_objects
+from trainer.policy import score
+from trainer.rewards import compute_rewards
+
+
+@dataclass
+class Rollout:
+    example_idx: int
+    prompt_id: str
+    group: int                       # group index within the step (advantages are computed per group)
+    sample_idx: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    finish_reason: str               # stop | length
+    variant: str = "on_policy"       # on_policy | seed | luffy_off | stale
+    seed_len: int = 0
+    seed_step: int | None = None
+    trunc_rule: str | None = None
+    trunc_token_id: int | None = None
+    behavior_logp: list[float] | None = None   # seeds: cached log π_b on seed tokens (NaN after); stale: all tokens
+    reward: float = 0.0
+    advantage: float = 0.0
+    response_text: str = ""
+
+    @property
+    def off_policy(self) -> bool:
+        return self.variant == "luffy_off"
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit sampling seed from integers (config seed, step, round, purpose, rank)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+@dataclass
+class RolloutBuilder:
+    cfg: object
+    examples: list[dict]
+    prompt_ids: list[list[int]]      # tokenized, templated prompt of each example
+    loader: object                   # trainer.data.PromptLoader
+    sampler: object                  # trainer.sampler.Sampler
+    tokenizer: object
+    model: torch.nn.Module           # the trained policy (for the behavior forward)
+    d: Dist
+    seed_buffer: dict | None = None  # the current Thinking Seeds refresh cycle
+    stale_queue: list = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
+    generated_tokens: int = 0        # cumulative tokens sampled by the policy (all ranks)
+    _next_group: int = 0
+
+    # ---------------------------------------------------------------------------------------------------
+    def collect(self, step: int) -> list[Rollout]:
+        """The step's first round of groups (dynamic sampling asks ``fresh`` for more)."""
+        self._next_group = 0
+        cfg = self.cfg
+        if cfg.algorithm == "seeds":
+            j = step % cfg.seed_refresh_interval
+            if j == 0 or self.seed_buffer is None:
+                return self._refresh(step)
+            return self._seeded(step, j)
+        if cfg.algorithm == "m2po":
+            return self._stale(step)
+        return self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=0)
+
+    def fresh(self, example_idxs: Sequence[int], step: int, round_: int) -> list[Rollout]:
+        """On-policy groups of G for the given prompts (LUFFY: G - n_off on-policy plus n_off off-policy)."""
+        cfg = self.cfg
+        n_off = cfg.luffy_off_policy_per_group if cfg.algorithm == "luffy" else 0
+        g_on = cfg.samples_per_prompt - n_off
+        prompts = [self.prompt_ids[i] for i in example_idxs for _ in range(g_on)]
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, round_, 1))
+        rows = []
+        for k, ex in enumerate(example_idxs):
+            group = self._new_group()
+            for g in range(g_on):
+                c = comps[k * g_on + g]
+                rows.append(self._row(ex, group, g, c.token_ids, c.finish_reason))
+            for g in range(g_on, cfg.samples_per_prompt):
+                ids, finish = self._off_policy_trace(ex)
+                rows.append(self._row(ex, group, g, ids, finish, variant="luffy_off"))
+        return self.reward(rows)
+
+    # --- Thinking Seeds ------------------------------------------------------------------------------
+    def _refresh(self, step: int) -> list[Rollout]:
+        cfg = self.cfg
+        T, B, G = cfg.seed_refresh_interval, cfg.prompts_per_step, cfg.samples_per_prompt
+        batches = [self.loader.next(B) for _ in range(T)]
+        flat = [ex for batch in batches for ex in batch]
+        prompts = [self.prompt_ids[ex] for ex in flat for _ in range(G)]
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, 0, 2))
+        responses = [c.token_ids for c in comps]
+        logp, ent = score(self.model, prompts, responses, pad_id=self.tokenizer.pad_token_id,
+                          micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature)
+        per_batch = B * G
+        self.seed_buffer = {
+            "step": step,
+            "batches": batches,
+            "cache": [[{"response_ids": responses[b * per_batch + i], "finish_reason": comps[b * per_batch + i].finish_reason,
+                        "logp": logp[b * per_batch + i], "entropy": ent[b * per_batch + i]}
+                       for i in range(per_batch)] for b in range(T)],
+        }
+        rows = []
+        for k, ex in enumerate(batches[0]):
+            group = self._new_group()
+            for g in range(G):
+                c = self.seed_buffer["cache"][0][k * G + g]
+                rows.append(self._row(ex, group, g, c["response_ids"], c["finish_reason"]))
+        return self.reward(rows)
+
+    def _seeded(self, step: int, j: int) -> list[Rollout]:
+        cfg, buf = self.cfg, self.seed_buffer
+        G = cfg.samples_per_prompt
+        cache = buf["cache"][j]
+        lengths = torch.tensor([len(c["response_ids"]) for c in cache], dtype=torch.long)
+        ends_eos = torch.tensor([c["finish_reason"] == "stop" for c in cache], dtype=torch.bool)
+        if cfg.seed_rule == "ratio":
+            seed_lens = ratio_seed_lengths(lengths, cfg.seed_ratio, ends_with_eos=ends_eos)
+        else:
+            gen = torch.Generator().manual_seed(mix_seed(cfg.seed, step, 0, 3))
+            ents = [c["entropy"][: len(c["response_ids"]) - int(e)] for c, e in zip(cache, ends_eos.tolist())]
+            seed_lens = entropy_seed_lengths(ents, k=cfg.seed_topk, generator=gen)
+        seed_lens = seed_lens.tolist()
+        prompts, budgets = [], []
+        for k, ex in enumerate(buf["batches"][j]):
+            for g in range(G):
+                c, m = cache[k * G + g], seed_lens[k * G + g]
+                prompts.append(self.prompt_ids[ex] + c["response_ids"][:m])
+                budgets.append(cfg.max_response_tokens - m)
+        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4))
+        rows = []
+        for k, ex in enumerate(buf["batches"][j]):
+            group = self._new_group()
+            for g in range(G):
+                i = k * G + g
+                c, m, cont = cache[i], seed_lens[i], comps[i]
+                seed = c["response_ids"][:m]
+                behavior = c["logp"][:m].tolist() + [math.nan] * len(cont.token_ids)
+                cut = c["response_ids"][m] if m < len(c["response_ids"]) else None
+                rows.append(self._row(ex, group, g, seed + cont.token_ids, cont.finish_reason, variant="seed",
+                                      seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
+                                      trunc_token_id=cut, behavior_logp=behavior))
+        return self.reward(rows)
+
+    # --- M2PO stale batches ----------------------------------------------------------------------------
+    def _stale(self, step: int) -> list[Rollout]:
+        """Train on the batch written ``m2po_staleness`` steps ago (the first steps fill the queue)."""
+        cfg = self.cfg
+        n_new = cfg.m2po_staleness + 1 if not self.stale_queue else 1
+        for _ in range(n_new):
+            rows = self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=100 + len(self.stale_queue))
+            logp, _ = score(self.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                            pad_id=self.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size, d=self.d,
+                            temperature=cfg.temperature)
+            for r, lp in zip(rows, logp):
+                r.behavior_logp, r.variant, r.seed_step = lp.tolist(), "stale", step
+            self.stale_queue.append(rows)
+        rows = self.stale_queue.pop(0)
+        self._next_group = max(r.group for r in rows) + 1  # dynamic-sampling groups get fresh ids
+        return rows
+
+    # --- shared pieces --------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int):
+        """Generate on every rank for a strided shard of the prompts, then gather (order preserved)."""
+        d = self.d
+        mine = list(range(d.rank, len(prompts), d.world_size))
+        todo = [i for i in mine if budgets[i] > 0]
+        out = {}
+        if todo:
+            mine_budgets = [budgets[i] for i in todo]
+            uniform = len(set(mine_budgets)) == 1
+            comps = self.sampler.generate([prompts[i] for i in todo],
+                                          max_new_tokens=mine_budgets[0] if uniform else mine_budgets,
+                                          temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                          seed=mix_seed(seed, d.rank))
+            out.update(zip(todo, comps))
+        merged = {}
+        for part in all_gather_objects(out, d):
+            merged.update(part)
+        comps = [merged.get(i) or _EMPTY for i in range(len(prompts))]
+        self.generated_tokens += sum(len(c.token_ids) for c in comps)
+        return comps
+
+    def reward(self, rows: list[Rollout]) -> list[Rollout]:
+        """Decode and score rows (sharded across ranks, then gathered); DAPO overlong shaping when enabled."""
+        cfg, d = self.cfg, self.d
+        for r in rows:
+            r.response_text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
+        mine = list(range(d.rank, len(rows), d.world_size))
+        scores = compute_rewards(cfg.task, [rows[i].response_text for i in mine],
+                                 [self.examples[rows[i].example_idx] for i in mine])
+        merged = {}
+        for part in all_gather_objects(dict(zip(mine, scores)), d):
+            merged.update(part)
+        for i, r in enumerate(rows):
+            r.reward = float(merged[i]) + self._overlong_penalty(len(r.response_ids))
+        return rows
+
+    def _overlong_penalty(self, length: int) -> float:
+        cfg = self.cfg
+        if cfg.overlong_buffer_tokens <= 0:
+            return 0.0
+        start = cfg.max_response_tokens - cfg.overlong_buffer_tokens
+        return -cfg.overlong_penalty * min(1.0, max(0, length - start) / cfg.overlong_buffer_tokens)
+
+    def _off_policy_trace(self, ex: int) -> tuple[list[int], str]:
+        text = str(self.examples[ex][self.cfg.off_policy_key])
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        if len(ids) > self.cfg.max_response_tokens:
+            return ids[: self.cfg.max_response_tokens], "length"
+        return ids, "stop"
+
+    def _row(self, ex: int, group: int, sample_idx: int, ids, finish, **kw) -> Rollout:
+        return Rollout(example_idx=ex, prompt_id=self.examples[ex]["id"], group=group, sample_idx=sample_idx,
+                       prompt_ids=self.prompt_ids[ex], response_ids=list(ids), finish_reason=finish, **kw)
+
+    def _new_group(self) -> int:
+        self._next_group += 1
+        return self._next_group - 1
+
+    # --- checkpointed state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"seed_buffer": self.seed_buffer, "stale_queue": self.stale_queue,
+                "generated_tokens": self.generated_tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seed_buffer = state["seed_buffer"]
+        self.stale_queue = state["stale_queue"]
+        self.generated_tokens = state["generated_tokens"]
+
+
+class _Empty:
+    token_ids: list = []
+    finish_reason = "length"
+
+
+_EMPTY = _Empty()

@@ -1,0 +1,522 @@
+"""GRPO/DAPO training with Thinking Seeds, LUFFY and M2PO: the entry point, read top to bottom.
+
+    python -m trainer.train --config trainer/configs/tiny.yaml [key=value ...] [--dry-run]
+    torchrun --nproc_per_node N -m trainer.train --config ... (FSDP2: fully_shard per decoder layer + root)
+
+config -> distributed init -> data -> model -> rollout engine -> loop (sample, reward, advantage, loss, step,
+log, checkpoint). Everything is vanilla DAPO (clip-higher, token-mean over the global token count, dynamic
+sampling, optional overlong shaping and mini-batching) except these departures, each behind one config field:
+
+* ``algorithm=seeds`` (Thinking Seeds, the paper's method): ``trainer/algos/seeds.py`` plus
+  ``RolloutBuilder._refresh/_seeded`` in ``trainer/rollout.py``. Every ``seed_refresh_interval`` (T) steps the
+  current policy writes G responses for the prompts of the next T batches (behavior log-probs and entropies from
+  one no-grad trainer forward); batch s+j (j >= 1) cuts each cached response (``seed_rule`` ratio | entropy) and
+  the current policy continues. ``seed_loss=state+action``: seed tokens enter the clipped loss with
+  r = pi_theta / pi_behavior, continuation tokens with r = pi_theta / pi_old; ``state``: seed tokens are masked.
+* ``algorithm=luffy``: groups mix G-1 on-policy samples with 1 off-policy trace (``off_policy_key`` column);
+  off-policy tokens use f(pi) = pi/(pi+gamma) (``trainer/algos/luffy.py``), on-policy tokens are unclipped.
+* ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
+  mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.algos import (aggregate, clipped_policy_loss, group_advantages, luffy_policy_loss, m2po_mask,
+                           seed_loss_mask, seed_old_logp)
+from trainer.config import Config, ConfigError, dump_config, load_config, to_dict, validate
+from trainer.data import PromptLoader, load_examples
+from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, clip_grad_norm, full_model_state_dict,
+                          init_distributed, load_full_model_state_dict, load_optimizer_state_dict,
+                          optimizer_state_dict, shard_model, shutdown)
+from trainer.policy import build_policy, resolve_dtype, response_logprobs, score
+from trainer.rollout import Rollout, RolloutBuilder
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the update: advantages, loss, backward
+# ----------------------------------------------------------------------------------------------------------
+def assign_advantages(rows: list[Rollout], cfg: Config) -> None:
+    rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
+    groups = torch.tensor([r.group for r in rows], dtype=torch.long)
+    adv = group_advantages(rewards, groups, scale=cfg.adv_scale)
+    for r, a in zip(rows, adv.tolist()):
+        r.advantage = a
+
+
+def split_groups(rows: list[Rollout]) -> list[list[Rollout]]:
+    groups: dict[int, list[Rollout]] = {}
+    for r in rows:
+        groups.setdefault(r.group, []).append(r)
+    return list(groups.values())
+
+
+def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=math.nan) -> torch.Tensor:
+    out = torch.full((len(rows), R), fill, dtype=torch.float32)
+    if values is not None:
+        for i, v in enumerate(values):
+            if v is not None:
+                out[i, : len(v)] = torch.as_tensor(v, dtype=torch.float32)
+    return out
+
+
+def token_losses(cfg: Config, rows: list[Rollout], logp, old_logp, resp_mask, keep=None):
+    """Per-token loss [n, R], the loss mask, and per-token stats for one micro-batch (the algorithm dispatch)."""
+    R = logp.shape[1]
+    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32, device=logp.device)
+    seed_lens = torch.tensor([r.seed_len for r in rows], dtype=torch.long, device=logp.device)
+    behavior = _stack(rows, [r.behavior_logp for r in rows], R).to(logp.device)
+    mask = resp_mask.clone()
+    if cfg.algorithm == "luffy":
+        off = torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=logp.device)
+        loss, stats = luffy_policy_loss(logp, old_logp, adv, off, gamma=cfg.luffy_gamma)
+        return loss, mask, stats
+    if cfg.algorithm == "m2po":  # stale rows: r = pi_theta / pi_behavior, trust-region mask, no epsilon-clip
+        ratio = torch.exp(logp - behavior.nan_to_num(0.0))
+        loss = -adv.unsqueeze(1) * ratio * keep
+        zero = torch.zeros_like(mask)
+        return loss, mask, {"ratio": ratio.detach(), "clipped_low": zero, "clipped_high": zero}
+    denom = old_logp
+    if cfg.algorithm == "seeds":
+        behavior = behavior.nan_to_num(0.0)
+        mask = seed_loss_mask(resp_mask, seed_lens, variant=cfg.seed_loss)
+        denom = seed_old_logp(old_logp, behavior, seed_lens)
+    loss, stats = clipped_policy_loss(logp, denom, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                      clip_c=cfg.clip_c)
+    if cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po" and keep is not None:
+        seed_tok = (torch.arange(R, device=logp.device).unsqueeze(0) < seed_lens.unsqueeze(1)) & resp_mask
+        m2 = -adv.unsqueeze(1) * torch.exp(logp - behavior) * keep
+        loss = torch.where(seed_tok, m2, loss)
+    return loss, mask, stats
+
+
+def loss_normalizer(cfg: Config, rows: list[Rollout]) -> float:
+    """The denominator of the whole mini-batch (all micro-batches and ranks): one place, one number."""
+    if cfg.loss_agg == "token-sum-norm":
+        return float(len(rows) * cfg.max_response_tokens)
+    if cfg.loss_agg.startswith("seq-mean"):
+        return float(len(rows))
+    if cfg.algorithm == "seeds" and cfg.seed_loss == "state":
+        return float(sum(len(r.response_ids) - r.seed_len for r in rows))
+    return float(sum(len(r.response_ids) for r in rows))
+
+
+def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
+                       old: dict | None = None, keep: dict | None = None) -> tuple[float, dict]:
+    """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
+
+    ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (id(row) keys).
+    Returns the summed loss and per-row token records {id(row): dict of lists}.
+    """
+    norm = max(loss_normalizer(cfg, rows), 1.0)
+    mode = "token-mean" if cfg.loss_agg == "token-sum-norm" else cfg.loss_agg
+    mine = sorted(rows[d.rank::d.world_size], key=lambda r: len(r.prompt_ids) + len(r.response_ids))
+    mbs = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
+    n_mbs = max(math.ceil(len(rows[r::d.world_size]) / cfg.micro_batch_size) for r in range(d.world_size))
+    total, records = 0.0, {}
+    for b in range(n_mbs):
+        dummy = b >= len(mbs)
+        mb = mbs[b] if not dummy else mine[:1] or rows[:1]
+        logp, ent, resp_mask = response_logprobs(model, [r.prompt_ids for r in mb], [r.response_ids for r in mb],
+                                                 pad_id=pad_id, device=d.device, temperature=cfg.temperature)
+        R = logp.shape[1]
+        old_logp = logp.detach() if old is None else _stack(mb, [old[id(r)] for r in mb], R, 0.0).to(logp.device)
+        keep_t = None if keep is None else _stack(mb, [keep[id(r)] for r in mb], R, 0.0).to(logp.device)
+        loss_mat, mask, stats = token_losses(cfg, mb, logp, old_logp, resp_mask, keep_t)
+        loss = aggregate(loss_mat, mask, mode=mode, normalizer=torch.tensor(norm))
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * aggregate(ent, resp_mask, mode="token-mean", normalizer=torch.tensor(norm))
+        if dummy:
+            loss = loss * 0.0
+        loss.backward()
+        if dummy:
+            continue
+        total += float(loss.detach())
+        for i, r in enumerate(mb):
+            L = len(r.response_ids)
+            records[id(r)] = {
+                "logp_old": old_logp[i, :L].tolist(), "entropy": ent[i, :L].detach().tolist(),
+                "ratio": stats["ratio"][i, :L].tolist(), "clipped_low": stats["clipped_low"][i, :L].tolist(),
+                "clipped_high": stats["clipped_high"][i, :L].tolist(), "loss_mask": mask[i, :L].tolist(),
+            }
+    return total, records
+
+
+def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
+    """M2PO's trust-region mask over the whole mini-batch, from log-probs taken before the update."""
+    stale = cfg.algorithm == "m2po" or (cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
+    if not stale:
+        return None
+    R = max(len(r.response_ids) for r in rows)
+    logp = _stack(rows, [old[id(r)] for r in rows], R, 0.0)
+    behavior = _stack(rows, [r.behavior_logp for r in rows], R)
+    valid = ~torch.isnan(behavior)
+    adv = torch.tensor([r.advantage for r in rows])
+    keep = m2po_mask(logp, behavior.nan_to_num(0.0), adv, valid, tau=cfg.m2po_tau)
+    return {id(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
+
+
+def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int) -> tuple[dict, dict]:
+    """One rollout batch: ``mini_batches_per_step`` optimizer updates over whole groups."""
+    groups = split_groups(rows)
+    per = math.ceil(len(groups) / cfg.mini_batches_per_step)
+    minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
+    need_old = cfg.mini_batches_per_step > 1 or cfg.algorithm == "m2po" or (
+        cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
+    old = None
+    if need_old:  # pi_old before any update of this step
+        logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
+                        micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature)
+        old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
+    losses, norms, records = [], [], {}
+    for mini in minis:
+        optimizer.zero_grad(set_to_none=True)
+        keep = m2po_keep_masks(cfg, mini, old) if old is not None else None
+        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep)
+        norms.append(float(clip_grad_norm(model, cfg.max_grad_norm)))
+        optimizer.step()
+        losses.append(loss)
+        records.update(rec)
+    scheduler.step()
+    loss = float(all_reduce_sum(torch.tensor(sum(losses) / len(losses)), d))
+    return {"ppo/loss": loss, "ppo/grad_norm": sum(norms) / len(norms), "ppo/lr": scheduler.get_last_lr()[0]}, records
+
+
+# ----------------------------------------------------------------------------------------------------------
+# dynamic sampling, metrics, records
+# ----------------------------------------------------------------------------------------------------------
+def filter_groups(rows: list[Rollout]) -> tuple[list[Rollout], int]:
+    """Keep groups whose rewards are not all equal (they carry a gradient); return kept rows and dropped count."""
+    kept, dropped = [], 0
+    for g in split_groups(rows):
+        if len({r.reward for r in g}) > 1:
+            kept.extend(g)
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> tuple[list[Rollout], list[Rollout], dict]:
+    """The step's rows (all of them, for records and zero-advantage statistics) and the rows to train on."""
+    rows = builder.collect(step)
+    all_rows = list(rows)
+    if not cfg.dynamic_sampling:
+        return all_rows, rows, {"sampling/groups_kept": len(split_groups(rows)), "sampling/groups_dropped": 0,
+                                "sampling/extra_rounds": 0}
+    kept, dropped = filter_groups(rows)
+    rounds = 1
+    while len(split_groups(kept)) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
+        need = cfg.prompts_per_step - len(split_groups(kept))
+        more = builder.fresh(builder.loader.next(need), step, round_=rounds)
+        all_rows.extend(more)
+        k, dr = filter_groups(more)
+        kept.extend(k)
+        dropped += dr
+        rounds += 1
+    return all_rows, kept, {"sampling/groups_kept": len(split_groups(kept)), "sampling/groups_dropped": dropped,
+                            "sampling/extra_rounds": rounds - 1}
+
+
+def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], records: dict) -> dict:
+    groups = split_groups(all_rows)
+    rewards = torch.tensor([r.reward for r in all_rows])
+    lens = torch.tensor([len(r.response_ids) for r in all_rows], dtype=torch.float32)
+    m = {
+        "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(all_rows) > 1 else 0.0,
+        "reward/correct_frac": float((rewards > 0).float().mean()),
+        "adv/zero_group_frac": sum(len({r.reward for r in g}) == 1 for g in groups) / max(len(groups), 1),
+        "response/len_mean": float(lens.mean()),
+        "response/truncated_frac": sum(r.finish_reason == "length" for r in all_rows) / len(all_rows),
+    }
+    tok = {"all": [0, 0, 0, 0.0], "seed": [0, 0, 0, 0.0], "cont": [0, 0, 0, 0.0]}  # count, low, high, entropy
+    for r in kept:
+        rec = records.get(id(r))
+        if rec is None:
+            continue
+        for t, (lm, lo, hi, e) in enumerate(zip(rec["loss_mask"], rec["clipped_low"], rec["clipped_high"], rec["entropy"])):
+            kinds = ["all", "seed" if t < r.seed_len else "cont"] if r.variant == "seed" else ["all"]
+            for k in kinds:
+                if lm or (k == "seed"):
+                    tok[k][0] += 1
+                    tok[k][1] += bool(lo) and bool(lm)
+                    tok[k][2] += bool(hi) and bool(lm)
+                    tok[k][3] += e
+    c, lo, hi, e = tok["all"]
+    m.update({"ppo/clipfrac_low": lo / max(c, 1), "ppo/clipfrac_high": hi / max(c, 1), "ppo/entropy": e / max(c, 1),
+              "tokens/trained": c})
+    if cfg.algorithm == "seeds":
+        for k in ("seed", "cont"):
+            c, lo, hi, e = tok[k]
+            m.update({f"seeds/{k}_tokens": c, f"seeds/clipfrac_low_{k}": lo / max(c, 1),
+                      f"seeds/clipfrac_high_{k}": hi / max(c, 1), f"seeds/entropy_{k}": e / max(c, 1)})
+    return m
+
+
+def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict, tokenizer) -> list[dict]:
+    out = []
+    for r in all_rows:
+        rec = records.get(id(r))
+        L = len(r.response_ids)
+        nan, false = [math.nan] * L, [False] * L
+        out.append({
+            "run": cfg.run_name, "step": step, "prompt_id": r.prompt_id, "sample_idx": r.sample_idx,
+            "variant": r.variant, "seed_step": r.seed_step, "seed_len": r.seed_len, "trunc_rule": r.trunc_rule,
+            "trunc_token_id": r.trunc_token_id,
+            "trunc_token_text": None if r.trunc_token_id is None else tokenizer.decode([r.trunc_token_id]),
+            "prompt_ids": r.prompt_ids, "response_ids": r.response_ids, "response_text": r.response_text,
+            "reward": r.reward, "correct": r.reward > 0, "advantage": r.advantage,
+            "logp_old": rec["logp_old"] if rec else nan, "logp_behavior": r.behavior_logp,
+            "entropy": rec["entropy"] if rec else nan, "ratio": rec["ratio"] if rec else nan,
+            "clipped_low": rec["clipped_low"] if rec else false, "clipped_high": rec["clipped_high"] if rec else false,
+            "loss_mask": rec["loss_mask"] if rec else false, "finish_reason": r.finish_reason,
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# set-up, resume, loop
+# ----------------------------------------------------------------------------------------------------------
+def make_scheduler(optimizer, cfg: Config):
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "cosine":
+            progress = (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
+    """The sampler (call before sharding). One process: the HF engine shares the trained module. Several ranks:
+    it samples from an unsharded copy whose weights are synced from the sharded model every step."""
+    from trainer.sampler import make_sampler
+    engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
+    return make_sampler(engine_model, tokenizer, engine=cfg.engine), engine_model
+
+
+def train(cfg: Config, d: Dist) -> Path:
+    torch.manual_seed(cfg.seed)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+    run_dir = cfg.run_dir
+    examples = load_examples(cfg)
+    dtype = resolve_dtype(cfg.dtype, d.device)
+    model, tokenizer = build_policy(warm_start(cfg, d), dtype=dtype, seed=cfg.seed)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    prompt_ids, kept_examples = [], []
+    for ex in examples:
+        ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
+        if len(ids) <= cfg.max_prompt_tokens:
+            prompt_ids.append(ids)
+            kept_examples.append(ex)
+    assert kept_examples, f"every prompt is longer than max_prompt_tokens={cfg.max_prompt_tokens}"
+    model.to(d.device)
+    sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d)
+    model = shard_model(model, d, param_dtype=dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    scheduler = make_scheduler(optimizer, cfg)
+    loader = PromptLoader(len(kept_examples), seed=cfg.seed)
+    builder = RolloutBuilder(cfg=cfg, examples=kept_examples, prompt_ids=prompt_ids, loader=loader, sampler=sampler,
+                             tokenizer=tokenizer, model=model, d=d)
+    start, produced_tokens = 0, 0
+    resume_from = ckpt.find_resume_checkpoint(run_dir, cfg.resume)
+    if resume_from is not None:
+        state = ckpt.load_trainer_state(resume_from)
+        from safetensors.torch import load_file
+        full = load_file(str(resume_from / "model.safetensors"))
+        load_full_model_state_dict(model, _with_tied(model, full), d)
+        load_optimizer_state_dict(model, optimizer, state["optimizer"], d)
+        scheduler.load_state_dict(state["scheduler"])
+        loader.load_state_dict(state["loader"])
+        builder.load_state_dict(state["rollouts"])
+        ckpt.set_rng_state(state["rng"])
+        start, produced_tokens = state["step"] + 1, state["produced_tokens"]
+        if d.is_main:
+            ckpt.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+            print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
+    if d.is_main:
+        dump_config(cfg, run_dir / "config.yaml")
+    tracker = make_tracker(cfg, run_dir) if d.is_main else None
+    bar = None
+    if d.is_main and cfg.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.total_steps, initial=start, desc=cfg.run_name, dynamic_ncols=True)
+    for step in range(start, cfg.total_steps):
+        t0 = time.perf_counter()
+        if engine_model is not model:
+            _sync_engine(sampler, engine_model, model, d)
+        gen_before = builder.generated_tokens
+        all_rows, kept, metrics = collect_step(builder, cfg, step)
+        t_gen = time.perf_counter() - t0
+        if kept:
+            assign_advantages(kept, cfg)
+            model.train()
+            upd, records = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id)
+            metrics.update(upd)
+        else:  # the sampling bound was hit with no informative group: no update, logged
+            records = {}
+            scheduler.step()
+            metrics["sampling/skipped_update"] = 1
+        produced_tokens += sum(len(r.response_ids) for r in all_rows)
+        records = _gather_records(records, d)
+        t_step = time.perf_counter() - t0
+        if d.is_main:
+            metrics.update(step_metrics(cfg, all_rows, kept, records))
+            metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
+                            "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen})
+            if cfg.algorithm == "seeds":
+                metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
+            if cfg.log_rollouts:
+                from trainer.records import rollout_path, write_rollouts
+                write_rollouts(record_rows(cfg, step, all_rows, records, tokenizer), rollout_path(run_dir, step))
+            _append_jsonl(run_dir / "metrics.jsonl", metrics)
+            if tracker:
+                tracker(metrics, step)
+            if bar:
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", step_s=f"{t_step:.2f}")
+                bar.update(1)
+        last = step == cfg.total_steps - 1
+        if last or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+            save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder, produced_tokens, cfg, d)
+    if bar:
+        bar.close()
+    return run_dir
+
+
+def render(template: str, question: str, tokenizer) -> str:
+    if template == "raw":  # embedded tasks: the prompt is the question
+        return question
+    from eval.templates import render_prompt
+    return render_prompt(template, question, tokenizer)
+
+
+def warm_start(cfg: Config, d: Dist) -> str:
+    """For ``tiny:<size>`` with ``sft_steps``: the supervised warm-up checkpoint (built once, then cached)."""
+    if not (cfg.model.startswith("tiny:") and cfg.sft_steps):
+        return cfg.model
+    size = cfg.model.split(":", 1)[1]
+    kw = "-".join(f"{k}{v}" for k, v in sorted(cfg.task_kwargs.items()))
+    path = Path(cfg.output_dir) / "_sft_cache" / f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps-seed{cfg.seed}"
+    if d.is_main and not path.is_dir():
+        from trainer.sft import sft
+        from trainer.tasks import get_task
+        from trainer.tiny import build_model, build_tokenizer, save_pretrained_atomic
+        tokenizer = build_tokenizer()
+        model = build_model(size, tokenizer, seed=cfg.seed)
+        examples = get_task(cfg.task).make_examples(4000, seed=cfg.seed + 7919, **cfg.task_kwargs)
+        print(f"supervised warm-up: {cfg.sft_steps} steps -> {path}", file=sys.stderr)
+        sft(model, tokenizer, examples, steps=cfg.sft_steps, batch_size=64, lr=3e-3, seed=cfg.seed, log=None)
+        save_pretrained_atomic(model, tokenizer, path)
+    barrier(d)
+    return str(path)
+
+
+def save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder, produced_tokens, cfg, d):
+    model_state = full_model_state_dict(model, d)
+    optim_state = optimizer_state_dict(model, optimizer, d)
+    if d.is_main:
+        state = {"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
+                 "loader": loader.state_dict(), "rollouts": builder.state_dict(), "rng": ckpt.rng_state(),
+                 "produced_tokens": produced_tokens, "config": to_dict(cfg)}
+        ckpt.save_checkpoint(run_dir, step, model=model, tokenizer=tokenizer,
+                             model_state={k: v.cpu() for k, v in model_state.items()}, trainer_state=state,
+                             keep=cfg.keep_checkpoints)
+    barrier(d)
+
+
+def _with_tied(model, state: dict) -> dict:
+    """safetensors drops tied duplicates; put them back so load_state_dict is strict."""
+    full = dict(state)
+    for name in model.state_dict():
+        if name not in full and name.endswith("lm_head.weight"):
+            full[name] = full[name.replace("lm_head.weight", "model.embed_tokens.weight")]
+    return full
+
+
+def _sync_engine(sampler, engine_model, model, d: Dist) -> None:
+    engine_model.load_state_dict(full_model_state_dict(model, d))
+    sampler.update_weights(engine_model)
+
+
+def _gather_records(records: dict, d: Dist) -> dict:
+    if not d.enabled:
+        return records
+    merged = {}
+    for part in all_gather_objects(records, d):
+        merged.update(part)
+    return merged
+
+
+def _append_jsonl(path: Path, obj: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def make_tracker(cfg: Config, run_dir: Path):
+    if cfg.tracker == "tensorboard":
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(str(run_dir / "tensorboard"))
+        return lambda m, step: [writer.add_scalar(k, v, step) for k, v in m.items() if isinstance(v, (int, float))]
+    if cfg.tracker == "wandb":
+        import wandb
+        wandb.init(project="thinking-seeds", name=cfg.run_name, config=to_dict(cfg), dir=str(run_dir))
+        return lambda m, step: wandb.log(m, step=step)
+    return None
+
+
+def dry_run(cfg: Config) -> None:
+    """Validate the config and its data source without building a model."""
+    print(json.dumps(to_dict(cfg), indent=1))
+    if cfg.train_file and not Path(cfg.train_file).exists():
+        print(f"train_file '{cfg.train_file}' is not a local file: it will be read from the hub at run time",
+              file=sys.stderr)
+    else:
+        print(f"data: {len(load_examples(cfg))} rows OK", file=sys.stderr)
+    if not cfg.model.startswith("tiny:") and not Path(cfg.model).exists():
+        print(f"model '{cfg.model}' is not a local directory: it will be read from the hub at run time", file=sys.stderr)
+    print("config OK", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="YAML preset (trainer/configs/*.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="validate config and data, build nothing")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        validate(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        dry_run(cfg)
+        return 0
+    d = init_distributed()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world_size))
+    try:
+        run_dir = train(cfg, d)
+    finally:
+        shutdown(d)
+    if d.is_main:
+        print(f"run written to {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
