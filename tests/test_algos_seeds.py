@@ -1,0 +1,156 @@
+"""Thinking Seeds truncation rules, token factor and the two loss variants (paper Eq. 5)."""
+
+import math
+
+import pytest
+import torch
+
+from trainer.algos import (
+    aggregate,
+    clipped_policy_loss,
+    entropy_seed_lengths,
+    ratio_seed_lengths,
+    seed_loss_mask,
+    seed_old_logp,
+    seed_token_mask,
+    token_factor,
+    top_entropy_positions,
+)
+
+
+# (L, ratio, ends_with_eos, m): m = floor(L·ratio + 1/2), at most L − 1 when the response ends with EOS
+RATIO_CASES = [
+    (5, 0.5, False, 3),  # 2.5 -> 3 (half up)
+    (3, 0.5, False, 2),  # 1.5 -> 2
+    (7, 0.3, False, 2),  # 2.1 -> 2
+    (10, 0.25, False, 3),  # 2.5 -> 3
+    (4, 0.7, False, 3),  # 2.8 -> 3
+    (45, 0.7, False, 32),  # 31.5; in floats 45 * 0.7 = 31.499999999999996, a naive floor(x + 0.5) gives 31
+    (90, 0.35, False, 32),  # 31.5; floats give 31.499999999999996
+    (1, 0.5, False, 1),  # 0.5 -> 1
+    (1, 0.5, True, 0),  # ... but the only token is EOS
+    (5, 1.0, False, 5),  # ratio 1 without EOS: the whole (length-truncated) response
+    (5, 1.0, True, 4),  # ratio 1 with EOS: everything but EOS
+    (6, 0.9, True, 5),  # 5.4 -> 5, EOS bound not binding
+    (5, 0.9, True, 4),  # 4.5 -> 5 -> clamped to 4
+    (5, 0.0, False, 0),
+    (5, 0.0, True, 0),
+    (0, 0.5, False, 0),
+]
+
+
+def test_ratio_seed_lengths_hand_cases():
+    lengths = torch.tensor([c[0] for c in RATIO_CASES])
+    for ratio in sorted({c[1] for c in RATIO_CASES}):
+        rows = [i for i, c in enumerate(RATIO_CASES) if c[1] == ratio]
+        eos = torch.tensor([RATIO_CASES[i][2] for i in rows])
+        got = ratio_seed_lengths(lengths[rows], ratio, ends_with_eos=eos)
+        assert got.dtype == torch.long
+        assert got.tolist() == [RATIO_CASES[i][3] for i in rows], f"ratio={ratio}"
+    # ends_with_eos defaults to all False
+    assert ratio_seed_lengths(torch.tensor([5, 3, 1]), 0.5).tolist() == [3, 2, 1]
+
+
+def test_ratio_seed_lengths_rejects_bad_ratio():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ratio_seed_lengths(torch.tensor([4]), 1.5)
+
+
+def test_entropy_rule_cuts_only_at_top_k_and_is_uniform():
+    # distinct entropies over 50 positions; the 5 largest sit at positions 3, 17, 20, 41, 49
+    e = torch.linspace(0.0, 1.0, 50)[torch.randperm(50, generator=torch.Generator().manual_seed(0))] * 0.5
+    top = [3, 17, 20, 41, 49]
+    e[top] = torch.tensor([2.0, 1.5, 1.9, 1.7, 1.6])
+    draws = 20000
+    picks = entropy_seed_lengths([e] * draws, k=5, generator=torch.Generator().manual_seed(1))
+    assert picks.shape == (draws,) and picks.dtype == torch.long
+    assert set(picks.tolist()) == set(top)
+    counts = torch.bincount(picks, minlength=50)[top].double()
+    chi2 = ((counts - draws / 5) ** 2 / (draws / 5)).sum().item()
+    assert chi2 < 18.47, f"chi-square {chi2:.2f} over 4 dof exceeds the p=0.001 quantile"
+    assert sorted(top_entropy_positions(e, k=5).tolist()) == top
+    # same generator seed, same cuts
+    again = entropy_seed_lengths([e] * draws, k=5, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(picks, again)
+
+
+def test_entropy_rule_fewer_than_k_ties_and_empty():
+    draws = 6000
+    short = torch.tensor([0.2, 0.1, 0.3])  # fewer than k positions: all are candidates, uniformly
+    picks = entropy_seed_lengths([short] * draws, k=32, generator=torch.Generator().manual_seed(2))
+    counts = torch.bincount(picks, minlength=3).double()
+    assert counts.sum() == draws
+    chi2 = ((counts - draws / 3) ** 2 / (draws / 3)).sum().item()
+    assert chi2 < 13.82, f"chi-square {chi2:.2f} over 2 dof exceeds the p=0.001 quantile"
+
+    # ties are broken by position, earlier first: top-2 of [1, 3, 3, 3, 0] is {1, 2}
+    tied = torch.tensor([1.0, 3.0, 3.0, 3.0, 0.0])
+    picks = entropy_seed_lengths([tied] * 400, k=2, generator=torch.Generator().manual_seed(3))
+    assert set(picks.tolist()) == {1, 2}
+    assert top_entropy_positions(tied, k=2).tolist() == [1, 2]
+
+    # mixed lengths in one call, an empty response -> 0
+    mixed = [torch.tensor([0.0, 5.0, 1.0]), torch.zeros(0), torch.tensor([7.0])]
+    assert entropy_seed_lengths(mixed, k=1, generator=torch.Generator().manual_seed(4)).tolist() == [1, 0, 0]
+    assert entropy_seed_lengths([], k=4).numel() == 0
+
+
+def test_token_factor():
+    assert token_factor(0.5, 8) == 1.4375  # the paper's "1.44x"
+    assert token_factor(0.3, 8) == pytest.approx(1 + 0.7 * 7 / 8)
+    assert token_factor(0.7, 1) == 1.0  # T = 1 is on-policy
+    assert token_factor(1.0, 16) == 1.0
+    with pytest.raises(ValueError):
+        token_factor(0.5, 0)
+
+
+RESPONSE_MASK = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+SEED_LENS = torch.tensor([2, 0, 1])
+
+
+def test_seed_masks():
+    assert seed_token_mask(RESPONSE_MASK, SEED_LENS).int().tolist() == [
+        [1, 1, 0, 0, 0],
+        [0, 0, 0, 0, 0],
+        [1, 0, 0, 0, 0],
+    ]
+    assert torch.equal(seed_loss_mask(RESPONSE_MASK, SEED_LENS, variant="state+action"), RESPONSE_MASK)
+    assert seed_loss_mask(RESPONSE_MASK, SEED_LENS, variant="state").int().tolist() == [
+        [0, 0, 1, 1, 0],
+        [1, 1, 1, 0, 0],
+        [0, 1, 0, 0, 0],
+    ]
+    with pytest.raises(ValueError, match="state\\+action, state"):
+        seed_loss_mask(RESPONSE_MASK, SEED_LENS, variant="action")
+
+
+def test_seed_old_logp_reads_behavior_only_on_seed_tokens():
+    old = torch.full((3, 5), -1.0)
+    behavior = torch.full((3, 5), float("nan"))  # as cached: NaN outside the seed
+    behavior[0, :2] = -2.0
+    behavior[2, 0] = -3.0
+    got = seed_old_logp(old, behavior, SEED_LENS)
+    assert got.tolist() == [
+        [-2.0, -2.0, -1.0, -1.0, -1.0],
+        [-1.0, -1.0, -1.0, -1.0, -1.0],
+        [-3.0, -1.0, -1.0, -1.0, -1.0],
+    ]
+
+
+def test_eq5_variants_hand_loss():
+    # one response of 4 tokens, seed of 2, A = 1; π_θ = π_old = 0.5 everywhere, π_b = 0.25 on the seed:
+    #   seed tokens r = 0.5 / 0.25 = 2 -> clipped at 1.28 -> ℓ = −1.28; continuation r = 1 -> ℓ = −1
+    #   state+action: token-mean over 4 tokens = (2·(−1.28) + 2·(−1)) / 4 = −1.14
+    #   state:        token-mean over the 2 continuation tokens = −1
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    seed = torch.tensor([2])
+    logp = torch.full((1, 4), math.log(0.5))
+    behavior = torch.tensor([[math.log(0.25)] * 2 + [float("nan")] * 2])
+    adv = torch.tensor([1.0])
+    loss_sa, stats = clipped_policy_loss(logp, seed_old_logp(logp.clone(), behavior, seed), adv)
+    assert stats["clipped_high"].tolist() == [[True, True, False, False]]
+    sa = aggregate(loss_sa, seed_loss_mask(mask, seed, variant="state+action"))
+    assert sa.item() == pytest.approx(-1.14, abs=1e-6)
+    loss_s, _ = clipped_policy_loss(logp, logp.clone(), adv)
+    st = aggregate(loss_s, seed_loss_mask(mask, seed, variant="state"))
+    assert st.item() == pytest.approx(-1.0, abs=1e-6)

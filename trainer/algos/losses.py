@@ -1,0 +1,145 @@
+"""DAPO clipped policy loss and the one place that reduces a per-token loss to a scalar.
+
+DESIGN §2 "DAPO objective":
+
+    r_{i,t} = π_θ(o_{i,t}|·) / π_old(o_{i,t}|·)
+    ℓ_{i,t} = −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â) = max(−Â r, −Â clip(r, 1−ε_low, 1+ε_high))
+    L = Σ_i Σ_t ℓ_{i,t} / Σ_i |o_i|          (token-mean, global token count of the optimizer step)
+
+with clip-higher ε_low = 0.2, ε_high = 0.28 (Yu et al. 2025). The optional dual clip (Ye et al. 2020, verl's
+`clip_ratio_c`) bounds the loss of negative-advantage tokens by −Â·c.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+AGGREGATE_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+# exp(±20) is far outside any trust region; clamping the log-ratio keeps padding or a badly stale token from
+# overflowing to inf (whose gradient is NaN even when the token is masked out afterwards).
+MAX_LOG_RATIO = 20.0
+
+
+def broadcast_adv(adv: Tensor, like: Tensor) -> Tensor:  # adv [N] or [N, T], like [N, T] -> [N, T]
+    """Per-response advantages [N] broadcast to tokens [N, T]; per-token [N, T] passed through."""
+    if adv.dim() == 1:
+        assert adv.shape[0] == like.shape[0], f"adv [N]={adv.shape[0]} but tokens have N={like.shape[0]}"
+        return adv.unsqueeze(-1).expand_as(like)
+    assert adv.shape == like.shape, f"adv {tuple(adv.shape)} must be [N] or [N, T]={tuple(like.shape)}"
+    return adv
+
+
+def log_ratio(logp: Tensor, denom_logp: Tensor) -> Tensor:  # [N, T], [N, T] -> [N, T]
+    """log r = log π_θ − log π_denominator, clamped to ±MAX_LOG_RATIO so exp() never overflows."""
+    assert logp.shape == denom_logp.shape, f"logp {tuple(logp.shape)} vs {tuple(denom_logp.shape)}"
+    return (logp - denom_logp).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+
+def clipped_policy_loss(
+    logp: Tensor,  # [N, T] log π_θ of the sampled tokens (requires grad)
+    old_logp: Tensor,  # [N, T] log π_old (or log π_b on seed tokens), no grad
+    adv: Tensor,  # [N] or [N, T]
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    clip_c: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """Per-token DAPO loss ℓ = max(−A·r, −A·clip(r, 1−clip_low, 1+clip_high)), DESIGN §2.
+
+    With `clip_c` (> 1) the dual clip applies to A < 0: ℓ = min(ℓ, −A·clip_c).
+    Positions outside the response mask are computed like any other; the caller masks them in `aggregate`
+    (their logp/old_logp must be finite).
+
+    stats (all detached, [N, T]):
+      ratio         r = exp(logp − old_logp)
+      clipped_low   the low clip is active:  A < 0 and r < 1 − clip_low  (gradient zero)
+      clipped_high  the high clip is active: A > 0 and r > 1 + clip_high (gradient zero)
+      dual_clipped  the dual clip is active: A < 0 and r > clip_c (all False without clip_c)
+    Masks are not restricted to the response mask; combine with it before counting.
+    """
+    assert clip_low >= 0 and clip_high >= 0, f"clip_low={clip_low}, clip_high={clip_high} must be >= 0"
+    assert clip_c is None or clip_c > 1.0, f"dual clip constant clip_c={clip_c} must be > 1"
+    adv = broadcast_adv(adv, logp).to(logp.dtype)
+    ratio = torch.exp(log_ratio(logp, old_logp))
+    loss_unclipped = -adv * ratio
+    loss_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(loss_unclipped, loss_clipped)
+
+    r = ratio.detach()
+    dual_clipped = torch.zeros_like(r, dtype=torch.bool)
+    if clip_c is not None:
+        dual_clipped = (adv < 0) & (r > clip_c)
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_c), loss)
+    stats = {
+        "ratio": r,
+        "clipped_low": (adv < 0) & (r < 1.0 - clip_low),
+        "clipped_high": (adv > 0) & (r > 1.0 + clip_high),
+        "dual_clipped": dual_clipped,
+    }
+    return loss, stats
+
+
+def aggregate_normalizer(mask: Tensor, *, mode: str = "token-mean") -> Tensor:  # mask [N, T] -> scalar
+    """The local count that `aggregate` divides by: tokens (token-mean) or sequences with ≥ 1 loss token.
+
+    Sum this over all micro-batches and ranks of an optimizer step and pass the total as `normalizer`.
+    """
+    _check_mode(mode)
+    mask = mask.bool()
+    if mode == "token-mean":
+        return mask.sum()
+    return (mask.sum(-1) > 0).sum()
+
+
+def aggregate(
+    loss_mat: Tensor,  # [N, T]
+    mask: Tensor,  # [N, T] bool (or 0/1)
+    *,
+    mode: str = "token-mean",
+    normalizer: Tensor | float | None = None,
+) -> Tensor:  # scalar
+    """Reduce a per-token loss to the scalar that is backpropagated (STYLE §5: one place, given its denominator).
+
+    token-mean           Σ_{i,t} ℓ·m / Σ m                       (DAPO, DESIGN §2)
+    seq-mean-token-mean  Σ_i [Σ_t ℓ·m / Σ_t m] / #sequences      (GRPO's original)
+    seq-mean-token-sum   Σ_i [Σ_t ℓ·m] / #sequences
+
+    `normalizer` replaces the local count (tokens, or sequences with at least one loss token) by the
+    global one of the optimizer step — the sum of `aggregate_normalizer` over all micro-batches and ranks —
+    so that summing `aggregate` over micro-batches (and ranks) gives the full-batch value and gradient.
+    LUFFY's "sum / max length" is token-mean with normalizer = #sequences·T_max.
+    Masked positions contribute exactly 0 (even if they hold NaN). An empty local batch gives 0.
+    """
+    _check_mode(mode)
+    assert loss_mat.shape == mask.shape, f"loss_mat {tuple(loss_mat.shape)} vs mask {tuple(mask.shape)}"
+    mask = mask.bool()
+    masked = torch.where(mask, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
+    if normalizer is None:
+        normalizer = aggregate_normalizer(mask, mode=mode).clamp(min=1)
+    if mode == "token-mean":
+        return masked.sum() / normalizer
+    per_seq = masked.sum(-1)  # [N]
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    return per_seq.sum() / normalizer
+
+
+def masked_mean(
+    x: Tensor,  # [...]
+    mask: Tensor,  # same shape as x
+    dim: int | None = None,
+) -> Tensor:  # scalar, or x reduced over dim
+    """Mean of x over positions where mask is True; 0 where nothing is selected. NaN outside the mask ignored."""
+    assert x.shape == mask.shape, f"x {tuple(x.shape)} vs mask {tuple(mask.shape)}"
+    mask = mask.bool()
+    masked = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    if dim is None:
+        return masked.sum() / mask.sum().clamp(min=1)
+    return masked.sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in AGGREGATE_MODES:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATE_MODES)}")
