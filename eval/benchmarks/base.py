@@ -1,0 +1,40 @@
+"""The benchmark interface: every benchmark module builds one ``Benchmark`` and the registry lists them.
+
+A benchmark knows how to load its problems (from a path, or its default location), how to render a problem
+into the question text a template wraps, and how to grade one response. Generation defaults follow the paper
+(avg@32 at temperature 0.6 for math). The version string changes whenever loading or grading changes, and is
+written next to every score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str                 # stable id within the benchmark (used for resume and paired comparisons)
+    question: str           # text before templating
+    gold: Any               # benchmark-specific gold: a str for math, a test spec for code
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    verdict: str            # pass | wrong_answer | runtime_error | time_limit | memory_limit | timeout | no_answer
+    answer: str | None = None   # the extracted answer (math) or None (code)
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    version: str
+    kind: str                                   # "math" | "code" | "task"
+    load: Callable[..., list[Problem]]          # load(path: str | None = None, **filters) -> list[Problem]
+    grade: Callable[[str, Problem], Verdict]    # grade(response, problem) -> Verdict
+    default_template: str = "qwen-math"
+    generation: dict = field(default_factory=lambda: {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096})
+    description: str = ""

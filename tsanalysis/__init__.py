@@ -1,0 +1,15 @@
+"""thinking-seeds analysis: reads runs written by ``trainer``, writes tables to ``results/analysis/``.
+
+- ``tsanalysis.core``: pure estimators (numpy/pandas, no file IO): per-position bins, truncation-token
+  histograms, Lemma 4 zero-advantage probabilities, seed-token mismatch, pass@k with bootstrap intervals.
+- ``tsanalysis.io``: streaming rollout reads (via ``trainer.records``) and the atomic results writer.
+- ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues).
+- ``tsanalysis.cli``: the ``tsanalysis`` command (``python -m tsanalysis --help``).
+"""
+
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("thinking-seeds")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.1.0"

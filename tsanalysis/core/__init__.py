@@ -1,0 +1,9 @@
+"""Pure estimators of the analysis (numpy/pandas only: no file IO, no torch, no config objects).
+
+- ``bins``: per-position binning (relative ``floor(n_bins*t/L)`` and absolute), streaming accumulators.
+- ``truncation``: categories and histograms of the tokens at the truncation points (Figure 5).
+- ``lemma4``: zero-advantage / all-wrong probabilities, Monte Carlo check, shared vs independent seeds,
+  observed vs predicted zero-advantage groups of a run.
+- ``mismatch``: accumulated behavior/current log-ratio and KL along seed tokens (Proposition 2).
+- ``passk``: unbiased pass@k, avg@n, bootstrap intervals.
+"""

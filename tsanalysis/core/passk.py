@@ -1,0 +1,96 @@
+"""pass@k, avg@n and bootstrap intervals (pure numpy).
+
+pass@k uses the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)``, in its numerically
+stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``. Intervals are percentile bootstraps over problems
+with a fixed seed, so the same inputs always give the same interval.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "pass_at_k_curve"]
+
+
+def pass_at_k(n, c, k: int) -> np.ndarray:
+    """Unbiased pass@k per problem: ``1 - C(n-c, k)/C(n, k)``, vectorised over problems.
+
+    n, c: samples and correct samples per problem (scalars or arrays of the same shape); k: an int.
+    Raises ValueError when k > n for any problem (the estimator is undefined there) or when c > n.
+    """
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    n, c = np.broadcast_arrays(n, c)
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1, got k={k}")
+    if np.any(n < k):
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, but some problem has only "
+                         f"n={int(n.min())}; sample more (--n) or lower k")
+    if np.any((c < 0) | (c > n)):
+        raise ValueError("correct counts must lie in [0, n]")
+    out = np.ones(n.shape, dtype=np.float64)
+    flat_n, flat_c, flat_out = n.ravel(), c.ravel(), out.reshape(-1)
+    for idx in range(flat_n.size):  # each problem: a product of at most c terms
+        ni, ci = int(flat_n[idx]), int(flat_c[idx])
+        if ni - ci < k:
+            continue  # every k-subset holds a correct sample
+        i = np.arange(ni - ci + 1, ni + 1, dtype=np.float64)
+        flat_out[idx] = 1.0 - np.prod(1.0 - k / i)
+    return out
+
+
+def avg_at_n(n, c) -> np.ndarray:
+    """avg@n per problem: the mean pass@1 over n samples, ``c / n``."""
+    n = np.asarray(n, dtype=np.float64)
+    return np.asarray(c, dtype=np.float64) / n
+
+
+def bootstrap_ci(values, *, stat: Callable[[np.ndarray], float] = np.mean, n_boot: int = 2000,
+                 alpha: float = 0.05, seed: int = 0) -> tuple[float, float, float]:
+    """Point estimate and percentile bootstrap interval over problems (rows of ``values``).
+
+    ``values``: per-problem scores, shape [P] (or [P, ...] with ``stat`` reducing axis 0). Returns
+    ``(estimate, low, high)``; a single problem gives a zero-width interval.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] == 0:
+        raise ValueError("bootstrap_ci needs at least one problem")
+    est = float(stat(values))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.shape[0], size=(n_boot, values.shape[0]))
+    boots = np.array([stat(values[row]) for row in idx]) if stat is not np.mean else values[idx].mean(axis=1)
+    low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return est, float(low), float(high)
+
+
+def paired_bootstrap(a, b, *, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0) -> dict:
+    """Compare two models on the same problems: mean(a - b) with a paired percentile interval.
+
+    Returns ``{"diff", "low", "high", "p_value"}`` where p_value is the two-sided bootstrap probability of a
+    difference of the opposite sign (resampling the same problems for both models keeps the pairing).
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired bootstrap needs scores on the same problems; got shapes {a.shape} and {b.shape}")
+    d = a - b
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d.shape[0], size=(n_boot, d.shape[0]))
+    boots = d[idx].mean(axis=1)
+    low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    diff = float(d.mean())
+    p = 2 * min(np.mean(boots <= 0), np.mean(boots >= 0))
+    return {"diff": diff, "low": float(low), "high": float(high), "p_value": float(min(1.0, p))}
+
+
+def pass_at_k_curve(n, c, ks=None) -> dict[int, np.ndarray]:
+    """pass@k per problem for k = 1, 2, 4, ... up to min(n) (or the given ks)."""
+    n = np.asarray(n, dtype=np.int64)
+    if ks is None:
+        ks, k = [], 1
+        while k <= int(n.min()):
+            ks.append(k)
+            k *= 2
+    return {int(k): pass_at_k(n, c, int(k)) for k in ks}

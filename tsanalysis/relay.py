@@ -1,0 +1,387 @@
+"""Relay inference (paper §3.1, Figure 2): an early checkpoint writes a response, it is cut, the final continues.
+
+For every problem and each of n samples:
+
+1. the EARLY checkpoint samples a response õ from the prompt;
+2. the prefix is its first ``floor(cut · |õ|)`` tokens, where |õ| excludes a trailing EOS (so the prefix never
+   holds the EOS; ``cut = 0`` gives an empty prefix, ``cut = 1`` the whole response without its EOS);
+3. the FINAL checkpoint continues from prompt + prefix (relay response = prefix + continuation, within the same
+   ``max_tokens`` budget as a final-only response: the continuation is cut at ``max_tokens − |prefix|``);
+4. independently, the final checkpoint samples n final-only responses from the prompt.
+
+All three sets (early-only, relay, final-only) are graded with the benchmark's grader, and pass@k (unbiased
+estimator, ``tsanalysis.core.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals of the
+relay − final-only difference over problems (Figure 2 plots that difference).
+
+Sampling seeds are derived per chunk of problems (``batch_problems`` per generate call) from ``--seed`` and the
+chunk's problem ids; the relay continuation and the final-only call of a chunk use the SAME seed, so with
+``cut = 0`` the two calls are identical and give identical samples. With ``batch_problems = 1`` a resumed run
+reproduces the uninterrupted one exactly; with larger chunks a resume may regroup problems (other seeds, same
+distribution). The early and final checkpoints must share a tokenizer (same vocabulary and special ids):
+token ids of the prefix are handed over as they are. The early phase runs first for all problems (its prefixes
+are kept in ``prefixes.jsonl``), then the final checkpoint is loaded (with vLLM its weights are pushed into the
+same engine, so both checkpoints must have the same architecture there). Both phases append one JSON line per
+problem and skip problems already present, so an interrupted run resumes where it stopped.
+
+Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem), ``relay_settings.json`` (the
+settings the JSONL files belong to; a rerun with different settings is refused), and through
+``tsanalysis.io.write_results`` the tables ``relay_problems`` and ``relay_passk`` (Parquet + CSV) and
+``settings.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import io
+from .core.passk import bootstrap_ci, paired_bootstrap, pass_at_k
+
+__all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokenizer", "derive_seed", "pass_k_table",
+           "run_relay", "main_from_args"]
+
+IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
+                 "top_p", "seed", "batch_problems")
+
+
+class RelayError(ValueError):
+    """Bad relay input (checked before any model is loaded)."""
+
+
+# ---- pure pieces -----------------------------------------------------------------------------------------------
+def cut_prefix(token_ids: Sequence[int], cut: float, *, eos_ids: Sequence[int] = ()) -> list[int]:
+    """The first ``floor(cut · L)`` tokens, L = length without a trailing EOS (the EOS never enters the prefix)."""
+    if not 0.0 <= cut <= 1.0:
+        raise RelayError(f"--cut must lie in [0, 1], got {cut}")
+    ids = list(token_ids)
+    L = len(ids) - 1 if ids and ids[-1] in set(eos_ids) else len(ids)
+    m = math.floor(cut * L + 1e-9)   # 1e-9: 0.29 * 100 is 28.999999999999996 in floating point
+    return ids[:m]
+
+
+def tokenizer_mismatch(tok_a, tok_b) -> list[str]:
+    """Differences between two tokenizers that would make token ids mean different things (empty: compatible)."""
+    diffs = []
+    va, vb = tok_a.get_vocab(), tok_b.get_vocab()
+    if len(va) != len(vb):
+        diffs.append(f"vocabulary sizes {len(va)} vs {len(vb)}")
+    elif va != vb:
+        bad = sorted(t for t in set(va) | set(vb) if va.get(t) != vb.get(t))
+        diffs.append(f"{len(bad)} tokens map to different ids (e.g. {bad[:3]!r})")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        a, b = getattr(tok_a, name, None), getattr(tok_b, name, None)
+        if a != b:
+            diffs.append(f"{name} {a} vs {b}")
+    sa, sb = sorted(getattr(tok_a, "all_special_ids", []) or []), sorted(getattr(tok_b, "all_special_ids", []) or [])
+    if sa != sb:
+        diffs.append(f"special ids {sa} vs {sb}")
+    return diffs
+
+
+def check_same_tokenizer(tok_a, tok_b, *, names=("early", "final")) -> None:
+    diffs = tokenizer_mismatch(tok_a, tok_b)
+    if diffs:
+        raise RelayError(f"the {names[0]} and {names[1]} checkpoints have different tokenizers ({'; '.join(diffs)}); "
+                         f"relay hands token ids from one model to the other, so both must share one tokenizer")
+
+
+def derive_seed(seed: int, *parts: str) -> int:
+    """A 31-bit seed from the base seed and strings (stable across runs, processes and Python versions)."""
+    h = hashlib.sha256("\x1f".join([str(int(seed)), *parts]).encode()).hexdigest()
+    return int(h[:8], 16) & 0x7FFFFFFF
+
+
+def _ks(n: int) -> list[int]:
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    return ks if ks[-1] == n else ks + [n]
+
+
+def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """pass@k for k = 1, 2, 4, …, n of early-only, relay and final-only, and relay − final with paired intervals.
+
+    n, early, relay, final: per-problem sample and correct counts ([P] each; n the same for the three sets).
+    Columns: k, problems, early, early_low, early_high, relay, relay_low, relay_high, final, final_low,
+    final_high, diff (relay − final), diff_low, diff_high, p_value. Percentile bootstrap over problems with a
+    fixed seed (95 %).
+    """
+    n = np.asarray(n, dtype=np.int64)
+    rows = []
+    for k in _ks(int(n.min())):
+        pk = {name: pass_at_k(n, c, k) for name, c in (("early", early), ("relay", relay), ("final", final))}
+        row = {"k": k, "problems": int(n.size)}
+        for name, v in pk.items():
+            est, lo, hi = bootstrap_ci(v, n_boot=n_boot, seed=seed)
+            row.update({name: est, f"{name}_low": lo, f"{name}_high": hi})
+        pb = paired_bootstrap(pk["relay"], pk["final"], n_boot=n_boot, seed=seed)
+        row.update({"diff": pb["diff"], "diff_low": pb["low"], "diff_high": pb["high"], "p_value": pb["p_value"]})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- JSONL helpers ---------------------------------------------------------------------------------------------
+def _read_jsonl(path: Path) -> dict[str, dict]:
+    """problem_id → record; a torn last line (interrupted write) is ignored, other bad lines are errors."""
+    out: dict[str, dict] = {}
+    if not path.exists():
+        return out
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) and not text.endswith("\n"):
+                lines.pop()   # the process died while appending this line: drop it, the problem is redone
+                break
+            raise RelayError(f"{path}:{i}: malformed JSON line; delete the line or the file to redo it") from None
+        out[str(rec["problem_id"])] = rec
+    if text and not text.endswith("\n"):   # leave a clean file for the next append
+        io.atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return out
+
+
+def _append_jsonl(path: Path, recs: list[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for r in recs:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ---- orchestration ---------------------------------------------------------------------------------------------
+def _resolve_engine(engine: str) -> str:
+    if engine != "auto":
+        return engine
+    import importlib.util
+
+    import torch
+
+    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
+
+
+def _load_problems(benchmark: str | None, problems: str | None, limit: int | None):
+    from eval.benchmarks import get_benchmark
+
+    if benchmark is None:
+        raise RelayError("relay needs --benchmark NAME (its problems, grader and template); --problems FILE then "
+                         "replaces the benchmark's problems with the file's, read by that benchmark's loader")
+    try:
+        bench = get_benchmark(benchmark)
+    except (ValueError, ImportError) as e:
+        raise RelayError(str(e)) from None
+    name = benchmark
+    if problems is not None and not Path(problems).is_file():
+        raise RelayError(f"problems file '{problems}' does not exist")
+    probs = bench.load(path=problems)
+    if limit is not None:
+        probs = probs[:limit]
+    if not probs:
+        raise RelayError(f"no problems loaded from {problems or name}")
+    ids = [str(p.id) for p in probs]
+    if len(set(ids)) != len(ids):
+        raise RelayError(f"problem ids are not unique in {problems or name}; resume and pairing need unique ids")
+    return bench, probs
+
+
+def _free_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _chunks(seq, size):
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]
+
+
+def run_relay(*, early: str, final: str, benchmark: str | None = None, problems: str | None = None, n: int = 64,
+              cut: float = 0.5, max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
+              seed: int = 0, limit: int | None = None, engine: str = "auto", template: str | None = None,
+              out: str | os.PathLike | None = None, batch_problems: int = 8,
+              log: Callable[[str], None] = print) -> tuple[dict[str, pd.DataFrame], Path, dict]:
+    """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring."""
+    from transformers import AutoTokenizer
+
+    from eval.templates import render_prompt
+    from trainer.sampler import load_policy, make_sampler
+
+    # -- everything that can fail cheaply, before a model is loaded --
+    if not 0.0 <= cut <= 1.0:
+        raise RelayError(f"--cut must lie in [0, 1], got {cut}")
+    if n < 1 or batch_problems < 1:
+        raise RelayError("--n and batch_problems must be positive")
+    for name, path in (("early", early), ("final", final)):
+        if not Path(path).is_dir():
+            raise RelayError(f"--{name} checkpoint '{path}' is not a directory (a Hugging Face model folder)")
+    bench, probs = _load_problems(benchmark, problems, limit)
+    template = template or bench.default_template
+    max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
+    tok_early = AutoTokenizer.from_pretrained(early)
+    tok_final = AutoTokenizer.from_pretrained(final)
+    check_same_tokenizer(tok_early, tok_final)
+    tok = tok_final
+    eos_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []   # + the sampler's (generation config)
+
+    tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
+    out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
+    out_dir.mkdir(parents=True, exist_ok=True)
+    identity = {"early": str(Path(early).resolve()), "final": str(Path(final).resolve()), "benchmark": bench.name,
+                "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
+                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
+                "batch_problems": batch_problems}
+    ident_path = out_dir / "relay_settings.json"
+    if ident_path.exists():
+        old = json.loads(ident_path.read_text())
+        diff = [f"{k}: {old.get(k)!r} vs {identity[k]!r}" for k in IDENTITY_KEYS if old.get(k) != identity[k]]
+        if diff:
+            raise RelayError(f"'{out_dir}' holds relay results for other settings ({'; '.join(diff)}); "
+                             f"use another --out or delete that folder")
+    else:
+        io.atomic_write_text(ident_path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+    prompt_ids = {}
+    for p in probs:
+        ids = tok(render_prompt(template, p.question, tok), add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise RelayError(f"problem {p.id}: the rendered prompt is empty")
+        prompt_ids[str(p.id)] = ids
+
+    pref_path, res_path = out_dir / "prefixes.jsonl", out_dir / "results.jsonl"
+    prefixes = _read_jsonl(pref_path)
+    results = _read_jsonl(res_path)
+    engine_used = _resolve_engine(engine)
+    import torch
+
+    device = "cuda" if engine_used == "hf" and torch.cuda.is_available() else None
+
+    def grade(responses: list[list[int]], problem) -> tuple[list[bool], list[str]]:
+        correct, verdicts = [], []
+        for ids in responses:
+            v = bench.grade(tok.decode(ids, skip_special_tokens=True), problem)
+            correct.append(bool(v.correct))
+            verdicts.append(v.verdict)
+        return correct, verdicts
+
+    # -- phase A: early checkpoint writes responses; keep the prefixes --
+    sampler = None
+    todo = [p for p in probs if str(p.id) not in results and str(p.id) not in prefixes]
+    if todo:
+        log(f"early phase: {len(todo)} problems × {n} samples from {early}")
+        model, _ = load_policy(early, device=device)
+        sampler = make_sampler(model, tok, engine=engine_used)
+        eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
+        for chunk in _chunks(todo, batch_problems):
+            ids = [str(p.id) for p in chunk]
+            s = derive_seed(seed, "early", *ids)
+            comps = sampler.generate([prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=max_tokens,
+                                     temperature=temperature, top_p=top_p, seed=s)
+            recs = []
+            for j, p in enumerate(chunk):
+                cs = comps[j * n:(j + 1) * n]
+                correct, _ = grade([c.token_ids for c in cs], p)
+                recs.append({"problem_id": str(p.id),
+                             "prefix_ids": [cut_prefix(c.token_ids, cut, eos_ids=eos_ids) for c in cs],
+                             "early_len": [len(c.token_ids) for c in cs],
+                             "early_finish": [c.finish_reason for c in cs], "early_correct": correct})
+            _append_jsonl(pref_path, recs)
+            prefixes.update({r["problem_id"]: r for r in recs})
+        del model
+        if engine_used != "vllm":   # free the early model before the final one is loaded
+            sampler = None
+            _free_memory()
+
+    # -- phase B: final checkpoint continues the prefixes, and samples final-only responses --
+    todo = [p for p in probs if str(p.id) not in results]
+    if todo:
+        log(f"final phase: {len(todo)} problems × {n} relay + {n} final-only samples from {final}")
+        model, _ = load_policy(final, device=device)
+        if sampler is not None and engine_used == "vllm":
+            sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
+        else:
+            sampler = make_sampler(model, tok, engine=engine_used)
+        for chunk in _chunks(todo, batch_problems):
+            ids = [str(p.id) for p in chunk]
+            s = derive_seed(seed, "final", *ids)
+            pre = [pf for i in ids for pf in prefixes[i]["prefix_ids"]]
+            base = [prompt_ids[i] for i in ids for _ in range(n)]
+            # relay: one call with the longest budget any row needs, then each continuation is cut to its budget
+            budget = [max_tokens - len(pf) for pf in pre]
+            relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)),
+                                     temperature=temperature, top_p=top_p, seed=s)
+            final_only = sampler.generate(base, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                          seed=s)
+            recs = []
+            for j, p in enumerate(chunk):
+                sl = slice(j * n, (j + 1) * n)
+                r_ids, r_fin = [], []
+                for pf, c, b in zip(pre[sl], relay[sl], budget[sl]):
+                    cont = c.token_ids[:max(0, b)]
+                    r_ids.append(list(pf) + cont)
+                    r_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
+                f_ids = [c.token_ids for c in final_only[sl]]
+                rc, rv = grade(r_ids, p)
+                fc, fv = grade(f_ids, p)
+                e = prefixes[str(p.id)]
+                recs.append({
+                    "problem_id": str(p.id), "n": n, "early_correct": int(sum(e["early_correct"])),
+                    "relay_correct": int(sum(rc)), "final_correct": int(sum(fc)),
+                    "relay_correct_list": rc, "final_correct_list": fc, "relay_verdicts": rv, "final_verdicts": fv,
+                    "prefix_len": [len(x) for x in pre[sl]], "early_len": e["early_len"],
+                    "relay_len": [len(x) for x in r_ids], "final_len": [len(x) for x in f_ids],
+                    "relay_finish": r_fin, "final_finish": [c.finish_reason for c in final_only[sl]],
+                })
+            _append_jsonl(res_path, recs)
+            results.update({r["problem_id"]: r for r in recs})
+        del model
+    sampler = None
+
+    # -- tables over the selected problems --
+    rows = []
+    for p in probs:
+        r = results[str(p.id)]
+        rows.append({"problem_id": str(p.id), "n": r["n"], "early_correct": r["early_correct"],
+                     "relay_correct": r["relay_correct"], "final_correct": r["final_correct"],
+                     "prefix_len_mean": float(np.mean(r["prefix_len"])), "early_len_mean": float(np.mean(r["early_len"])),
+                     "relay_len_mean": float(np.mean(r["relay_len"])), "final_len_mean": float(np.mean(r["final_len"]))})
+    per_problem = pd.DataFrame(rows)
+    passk = pass_k_table(per_problem["n"], per_problem["early_correct"], per_problem["relay_correct"],
+                         per_problem["final_correct"], seed=seed)
+    settings = {"command": "relay", "args": {**identity, "limit": limit, "engine": engine,
+                                             "engine_used": engine_used}, "problems_evaluated": len(probs)}
+    return {"relay_problems": per_problem, "relay_passk": passk}, out_dir, settings
+
+
+def main_from_args(args) -> None:
+    """The ``tsanalysis relay`` command (argument parsing lives in ``tsanalysis.cli``)."""
+    try:
+        tables, out_dir, settings = run_relay(
+            early=args.early, final=args.final, benchmark=args.benchmark, problems=args.problems, n=args.n,
+            cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+            seed=args.seed, limit=args.limit, engine=args.engine, template=args.template, out=args.out,
+            batch_problems=args.batch_problems)
+    except RelayError as e:
+        from .cli import UsageError
+
+        raise UsageError(str(e)) from None
+    pk = tables["relay_passk"]
+    print(pk[["k", "early", "relay", "final", "diff", "diff_low", "diff_high"]].to_string(
+        index=False, float_format=lambda x: f"{x:.4f}"))
+    paths = io.write_results(out_dir, tables, settings)
+    print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
+          + " (+ prefixes.jsonl, results.jsonl, relay_settings.json)")
