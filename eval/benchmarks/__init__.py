@@ -1,0 +1,53 @@
+"""The benchmark registry: an explicit table of names to the module attribute holding each ``Benchmark``.
+
+Modules are imported on first use (``get_benchmark``), so importing ``eval.benchmarks`` is cheap and a benchmark
+whose module or dependencies are missing only fails when it is asked for.
+
+| name | module | kind |
+|---|---|---|
+| aime24, aime25, amc23, math500, minerva, olympiadbench | ``eval.benchmarks.<name>`` | math |
+| livecodebench | ``eval.benchmarks.livecodebench`` | code |
+| humaneval, humaneval_plus, mbpp_plus | ``eval.benchmarks.humaneval`` | code |
+| addition, countdown | ``eval.benchmarks.tasks`` (the trainer's embedded tasks) | task |
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from eval.benchmarks.base import Benchmark, Problem, Verdict
+
+__all__ = ["BENCHMARKS", "MATH_BENCHMARKS", "Benchmark", "Problem", "Verdict", "get_benchmark"]
+
+# name -> (module, attribute)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "aime24": ("eval.benchmarks.aime24", "BENCHMARK"),
+    "aime25": ("eval.benchmarks.aime25", "BENCHMARK"),
+    "amc23": ("eval.benchmarks.amc23", "BENCHMARK"),
+    "math500": ("eval.benchmarks.math500", "BENCHMARK"),
+    "minerva": ("eval.benchmarks.minerva", "BENCHMARK"),
+    "olympiadbench": ("eval.benchmarks.olympiadbench", "BENCHMARK"),
+    "livecodebench": ("eval.benchmarks.livecodebench", "BENCHMARK"),
+    "humaneval": ("eval.benchmarks.humaneval", "BENCHMARK"),
+    "humaneval_plus": ("eval.benchmarks.humaneval", "HUMANEVAL_PLUS"),
+    "mbpp_plus": ("eval.benchmarks.humaneval", "MBPP_PLUS"),
+    "addition": ("eval.benchmarks.tasks", "ADDITION"),
+    "countdown": ("eval.benchmarks.tasks", "COUNTDOWN"),
+}
+
+# the paper's six math benchmarks, in its table order
+MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """The ``Benchmark`` called ``name``; ValueError listing the names for an unknown one."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; choose from: {', '.join(BENCHMARKS)}")
+    module, attr = BENCHMARKS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"benchmark {name!r} needs module {module}, which failed to import: {e}") from e
+    bench = getattr(mod, attr)
+    assert bench.name == name, f"{module}.{attr} is named {bench.name!r}, registered as {name!r}"
+    return bench

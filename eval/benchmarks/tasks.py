@@ -1,0 +1,67 @@
+"""The trainer's embedded tasks (``trainer.tasks``: addition, countdown) as benchmarks for the tiny models.
+
+Default problems: a held-out split generated with a fixed seed (``TEST_SEED``, far from the seeds training
+uses) and the task's default difficulty; ``--problems FILE`` reads rows of the same format instead (JSONL,
+``{"id", "prompt", "answer", ...}``, as ``python -m trainer.tasks.make`` writes). Template ``raw`` (the prompt
+is the model's input as is), 8 samples at temperature 1.0, 64 new tokens. A response is correct when the
+task's reward is positive. ``trainer.tasks`` is imported lazily.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.benchmarks.mathbench import read_jsonl
+
+__all__ = ["ADDITION", "COUNTDOWN", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task"]
+
+TEST_SEED = 10_000
+TEST_SIZE = 200
+VERSION = "1"
+GENERATION = {"n": 8, "temperature": 1.0, "top_p": 1.0, "max_tokens": 64}
+
+
+def _task(name: str):
+    from trainer.tasks import TASKS
+    return TASKS[name]
+
+
+def load_task(path=None, *, task: str, n: int = TEST_SIZE, seed: int = TEST_SEED) -> list[Problem]:
+    """Problems of ``task``: from ``path`` (JSONL rows) or ``make_examples(n, seed=seed)``."""
+    if path is not None:
+        rows = read_jsonl(path)
+        for i, r in enumerate(rows):
+            missing = [k for k in ("id", "prompt", "answer") if k not in r]
+            if missing:
+                raise ValueError(f"{path} row {i + 1}: a {task} problem needs fields id, prompt, answer; "
+                                 f"missing {missing}")
+    else:
+        rows = _task(task).make_examples(n, seed=seed)
+    return [Problem(id=str(r["id"]), question=r["prompt"], gold=str(r["answer"]), meta={"task": task, "row": r})
+            for r in rows]
+
+
+def grade_task(response: str, problem: Problem) -> Verdict:
+    """Correct iff the task's reward is positive. ``answer``: what the task's ``parse_answer`` reads when it has
+    one (None -> verdict no_answer), else the response's last non-blank line."""
+    mod = _task(problem.meta["task"])
+    ok = mod.reward(response, problem.meta["row"]) > 0
+    parse = getattr(mod, "parse_answer", None)
+    if parse is not None:
+        got = parse(response)
+        answer = None if got is None else str(got)
+    else:
+        lines = [line.strip() for line in response.splitlines() if line.strip()]
+        answer = lines[-1] if lines else None
+    return Verdict(ok, "pass" if ok else ("wrong_answer" if answer is not None else "no_answer"), answer)
+
+
+def _benchmark(task: str, description: str) -> Benchmark:
+    return Benchmark(name=task, version=f"{task}-{VERSION}-seed{TEST_SEED}-n{TEST_SIZE}", kind="task",
+                     load=partial(load_task, task=task), grade=grade_task, default_template="raw",
+                     generation=dict(GENERATION), description=description)
+
+
+ADDITION = _benchmark("addition", f"trainer.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
+COUNTDOWN = _benchmark("countdown", f"trainer.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")

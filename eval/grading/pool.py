@@ -1,0 +1,250 @@
+"""Grade many items in worker processes with a hard per-item timeout that we enforce ourselves.
+
+math-verify's own timeout uses SIGALRM (main thread only) and sympy can hang for minutes on hostile answers
+(``9^{9^{9^{9}}}``). ``WorkerPool`` hands one item at a time to each worker process over a pipe; when an item
+runs past ``timeout`` seconds its worker is killed (SIGKILL) and replaced, and the item's result is
+``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``.
+
+Workers start from a ``forkserver`` (default) or ``spawn`` context — never ``fork``, which would copy a parent
+holding CUDA state or threads. The function must be importable by reference (a module-level function).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+from eval.benchmarks.base import Verdict
+
+__all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "grade_math_batch", "grade_math_many", "math_item",
+           "qwen_item"]
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    status: str          # ok | timeout | error
+    value: Any = None    # fn's return value when ok
+    detail: str = ""     # the traceback (error) or the time limit (timeout)
+
+
+# imported once by the fork server, so a replacement worker starts in milliseconds instead of ~1 s
+_PRELOAD = ("eval.grading.math", "eval.grading.qwen", "math_verify", "latex2sympy2_extended", "sympy")
+
+
+def default_workers() -> int:
+    """One worker per usable core."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:   # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _worker_main(fn, conn) -> None:
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        idx, args = msg
+        try:
+            conn.send((idx, "ok", fn(*args), ""))
+        except Exception:   # the item's own failure, reported back; the worker lives on
+            conn.send((idx, "error", None, traceback.format_exc(limit=5)))
+
+
+class _Worker:
+    def __init__(self, ctx, fn):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(fn, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.item: int | None = None      # index of the item in flight
+        self.started = 0.0
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+class WorkerPool:
+    """``map`` ``fn`` over argument tuples in ``workers`` processes; each item gets at most ``timeout`` seconds.
+
+    Use as a context manager (or call ``close``); the pool is reused across ``map`` calls so worker start-up
+    (importing sympy, ~1 s) is paid once.
+    """
+
+    def __init__(self, fn: Callable, *, workers: int | None = None, timeout: float = 10.0,
+                 context: str = "forkserver", preload: Sequence[str] = _PRELOAD):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if context not in ("forkserver", "spawn"):
+            raise ValueError(f"context must be 'forkserver' or 'spawn' (never 'fork'), got {context!r}")
+        self.fn, self.timeout = fn, float(timeout)
+        self.n_workers = workers or default_workers()
+        self.ctx = mp.get_context(context)
+        if context == "forkserver":   # the fork server imports fn's module once; forked workers start warm
+            self.ctx.set_forkserver_preload([fn.__module__, *preload])
+        self.workers: list[_Worker] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self.workers:
+            w.proc.join(timeout=2)
+            if w.proc.is_alive():
+                w.kill()
+        self.workers = []
+
+    def _spawn(self) -> _Worker:
+        return _Worker(self.ctx, self.fn)
+
+    def map(self, items: Sequence[tuple], *, progress: bool = False, desc: str = "grading") -> list[PoolResult]:
+        """Results in the order of ``items``; never raises for an item's failure or timeout."""
+        results: list[PoolResult | None] = [None] * len(items)
+        if not items:
+            return []
+        while len(self.workers) < min(self.n_workers, len(items)):
+            self.workers.append(self._spawn())
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(items), desc=desc, leave=False)
+        todo, done = iter(range(len(items))), 0
+
+        def dispatch(i: int) -> None:
+            idx = next(todo, None)
+            if idx is None:
+                return
+            w = self.workers[i]
+            if not w.proc.is_alive():   # died while idle (killed from outside): replace before use
+                w.kill()
+                w = self.workers[i] = self._spawn()
+            w.conn.send((idx, items[idx]))
+            w.item, w.started = idx, time.monotonic()
+
+        def finish(idx: int, res: PoolResult) -> None:
+            nonlocal done
+            results[idx] = res
+            done += 1
+            if bar is not None:
+                bar.update(1)
+
+        for i in range(len(self.workers)):
+            dispatch(i)
+        while done < len(items):
+            busy = [w for w in self.workers if w.item is not None]
+            now = time.monotonic()
+            wait_s = max(0.0, min(w.started + self.timeout for w in busy) - now)
+            ready = wait([w.conn for w in busy], timeout=wait_s)
+            for i, w in enumerate(self.workers):
+                if w.item is None:
+                    continue
+                if w.conn in ready:
+                    try:
+                        idx, status, value, detail = w.conn.recv()
+                    except (EOFError, OSError):   # the worker died (segfault, OOM kill): replace it
+                        w.proc.join(timeout=1)
+                        code = w.proc.exitcode
+                        finish(w.item, PoolResult("error", None, f"worker died (exit code {code})"))
+                        w.kill()
+                        self.workers[i] = self._spawn()
+                        dispatch(i)
+                        continue
+                    assert idx == w.item, f"worker answered item {idx} while {w.item} was in flight"
+                    finish(idx, PoolResult(status, value, detail))
+                    w.item = None
+                    dispatch(i)
+                elif time.monotonic() - w.started >= self.timeout:
+                    finish(w.item, PoolResult("timeout", None, f"exceeded {self.timeout:g} s"))
+                    w.kill()
+                    self.workers[i] = self._spawn()
+                    dispatch(i)
+        if bar is not None:
+            bar.close()
+        return results   # type: ignore[return-value]
+
+
+# ---- item functions (module level, so workers can import them by reference) ----
+
+def apply(fn: Callable, *args):
+    """Pool function for mixed work: items are ``(fn, *args)`` with ``fn`` a module-level function."""
+    return fn(*args)
+
+
+def math_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> Verdict:
+    """math-verify grading of one response, with math-verify's SIGALRM timeout off (the pool bounds time)."""
+    from eval.grading.math import grade_math
+    return grade_math(response, gold, multiple_answer=multiple_answer, unit=unit, timeout=None)
+
+
+def qwen_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> bool:
+    from eval.grading.qwen import grade_qwen
+    return grade_qwen(response, gold, unit=unit)
+
+
+def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, workers: int | None = None,
+                    timeout: float = 10.0, progress: bool = False) -> tuple[list[Verdict], dict]:
+    """Grade ``(response, gold, multiple_answer, unit)`` tuples with math-verify in a pool.
+
+    Returns (verdicts, counts) where counts = {"timeout": k, "error": m}. A timed-out item gets
+    ``Verdict(False, "timeout", <extracted answer>)``; an item whose grading raised gets "wrong_answer" with the
+    error in ``detail``.
+    """
+    from eval.grading.math import extract_answer
+    own = pool is None
+    pool = pool or WorkerPool(math_item, workers=workers, timeout=timeout)
+    try:
+        res = pool.map(items, progress=progress, desc="math-verify")
+    finally:
+        if own:
+            pool.close()
+    verdicts, counts = [], {"timeout": 0, "error": 0}
+    for item, r in zip(items, res):
+        if r.status == "ok":
+            verdicts.append(r.value)
+        else:
+            counts[r.status] += 1
+            verdict = "timeout" if r.status == "timeout" else "wrong_answer"
+            verdicts.append(Verdict(False, verdict, extract_answer(item[0]), r.detail))
+    return verdicts, counts
+
+
+_SHARED: WorkerPool | None = None
+
+
+def _shared_pool(timeout: float, workers: int | None) -> WorkerPool:
+    """A module-level math pool reused across calls (the trainer grades every step); closed at exit."""
+    global _SHARED
+    if _SHARED is None or _SHARED.timeout != float(timeout) or (workers and _SHARED.n_workers != workers):
+        if _SHARED is not None:
+            _SHARED.close()
+        _SHARED = WorkerPool(math_item, workers=workers, timeout=timeout)
+        import atexit
+        atexit.register(_SHARED.close)
+    return _SHARED
+
+
+def grade_math_batch(responses: Sequence[str], golds: Sequence, *, timeout: float = 10.0,
+                     workers: int | None = None) -> list[Verdict]:
+    """math-verify verdicts for parallel lists of responses and gold answers (the trainer's math reward).
+
+    Uses a pool kept alive between calls, so worker start-up is paid once per process."""
+    if len(responses) != len(golds):
+        raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
+    verdicts, _ = grade_math_many([(r, g, False, None) for r, g in zip(responses, golds)],
+                                  pool=_shared_pool(timeout, workers))
+    return verdicts

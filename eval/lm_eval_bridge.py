@@ -1,0 +1,74 @@
+"""Run lm-evaluation-harness tasks on a checkpoint; their main metric joins our leaderboard.
+
+``run_lm_eval(model, tasks, out_dir)`` calls ``lm_eval.simple_evaluate`` (the ``hf`` backend, or ``vllm`` when the
+engine is vLLM on a GPU) and writes the result dict, without per-sample logs, to ``<out_dir>/lm_eval.json``;
+``eval.leaderboard.lm_eval_entries`` turns it into leaderboard rows (task, main metric, ±1.96 stderr, count).
+``include_path`` points lm-eval at a folder of local task YAMLs (offline use). lm-eval is imported lazily:
+``pip install thinking-seeds[lmeval]``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["run_lm_eval", "LM_EVAL_FILE"]
+
+LM_EVAL_FILE = "lm_eval.json"
+
+
+def _jsonable(x):
+    """The result dict with anything json cannot hold turned into strings (numpy scalars, dtypes, callables)."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *, include_path: str | None = None,
+                limit: int | None = None, device: str | None = None, engine: str = "auto", seed: int = 0,
+                batch_size: int | str = 8, num_fewshot: int | None = None) -> dict:
+    """Evaluate ``model`` (a directory or hub id) on lm-eval ``tasks``; write and return the results dict."""
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise ImportError("--lm-eval-tasks needs lm-evaluation-harness: pip install 'thinking-seeds[lmeval]'") from None
+    import torch
+    cuda = torch.cuda.is_available()
+    use_vllm = engine == "vllm" or (engine == "auto" and cuda and importlib.util.find_spec("vllm") is not None)
+    if use_vllm:
+        backend, model_args = "vllm", {"pretrained": model, "dtype": "auto", "gpu_memory_utilization": 0.8}
+    else:
+        if importlib.util.find_spec("accelerate") is None:   # lm-eval's hf backend imports it
+            raise ImportError("lm-eval's hf backend needs accelerate: pip install accelerate")
+        backend, model_args = "hf", {"pretrained": model, "dtype": "bfloat16" if cuda else "float32"}
+    tm = TaskManager(include_path=include_path) if include_path else TaskManager()
+    results = lm_eval.simple_evaluate(model=backend, model_args=model_args, tasks=list(tasks), task_manager=tm,
+                                      limit=limit, device=device or ("cuda" if cuda else "cpu"),
+                                      batch_size=batch_size, num_fewshot=num_fewshot, log_samples=False,
+                                      random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                      fewshot_random_seed=seed)
+    if results is None:   # non-zero ranks under distributed lm-eval return None
+        return {}
+    results = _jsonable({k: v for k, v in results.items() if k != "samples"})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / LM_EVAL_FILE).is_file():   # keep tasks of earlier runs; this run's tasks replace theirs
+        old = json.loads((out / LM_EVAL_FILE).read_text(encoding="utf-8"))
+        for key in ("results", "n-samples", "configs", "versions", "n-shot", "higher_is_better"):
+            if isinstance(old.get(key), dict) and isinstance(results.get(key), dict):
+                results[key] = {**old[key], **results[key]}
+    tmp = out / (LM_EVAL_FILE + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    os.replace(tmp, out / LM_EVAL_FILE)
+    return results

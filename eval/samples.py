@@ -1,0 +1,86 @@
+"""Sample files ``results/eval/<model>/<benchmark>.jsonl``: read, repair after a crash, append, check settings.
+
+One JSON line per problem (docs/architecture.md): ``problem_id``, ``prompt``, ``gold``, ``responses`` (n strings),
+``answers`` (extracted), ``verdicts``, ``correct`` (list of bool), ``finish_reasons``, ``settings``; math
+benchmarks add ``correct_qwen`` (the Qwen-style grader's verdicts, for the disagreement report).
+
+Lines are appended and flushed one problem at a time, so a crash loses at most the line being written. On
+reading, a last line without its newline or not parseable as JSON is such a half-written line: ``repair``
+cuts the file back to the last complete line. A malformed line anywhere else is corruption and raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["CHECKED_SETTINGS", "read_samples", "repair", "append_row", "check_settings"]
+
+# settings that must match for new lines to be appended to an existing file (engine and timing may differ)
+CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p",
+                    "max_tokens", "template", "seed", "samples_file")
+
+
+def _scan(path: Path) -> tuple[list[dict], int, bool]:
+    """(rows, byte offset just after the last complete good line, whether a partial last line was found)."""
+    data = path.read_bytes()
+    rows, offset, lineno = [], 0, 0
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        lineno += 1
+        last = end < 0 or data[end + 1:].strip() == b""
+        chunk = data[offset:] if end < 0 else data[offset:end]
+        if not chunk.strip():
+            if end < 0:
+                break
+            offset = end + 1
+            continue
+        try:
+            row = json.loads(chunk)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            if last:   # a line cut by a crash: drop it
+                return rows, offset, True
+            raise ValueError(f"{path}:{lineno}: malformed sample line ({e}); the file is corrupt — delete it "
+                             f"or choose a new --out") from None
+        if end < 0:    # complete JSON but no newline: the crash hit between the object and its newline
+            return rows, offset, True
+        rows.append(row)
+        offset = end + 1
+    return rows, offset, False
+
+
+def read_samples(path: str | os.PathLike) -> list[dict]:
+    """Complete rows of a sample file (a half-written last line is ignored, the file is not modified)."""
+    return _scan(Path(path))[0]
+
+
+def repair(path: str | os.PathLike) -> list[dict]:
+    """Rows of a sample file, cutting a half-written last line off the file so appends start clean."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows, offset, partial = _scan(path)
+    if partial or offset != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(offset)
+    return rows
+
+
+def append_row(f, row: dict) -> None:
+    """Write one problem's line and flush it (``f`` opened in text append mode)."""
+    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    f.flush()
+
+
+def check_settings(path: str | os.PathLike, rows: list[dict], settings: dict) -> None:
+    """ValueError when an existing file was written with different settings (see ``CHECKED_SETTINGS``)."""
+    for i, row in enumerate(rows):
+        old = row.get("settings") or {}
+        diff = {k: (old.get(k), settings.get(k)) for k in CHECKED_SETTINGS if old.get(k) != settings.get(k)}
+        if diff:
+            shown = ", ".join(f"{k}: file has {a!r}, this run {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"{path} (problem {row.get('problem_id')!r}) was written with other settings ({shown}). "
+                             f"Use a new --out directory, or delete the file to start over")

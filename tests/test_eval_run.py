@@ -1,0 +1,359 @@
+"""The eval runner, sample files, metrics and leaderboard: pass@k against brute force, hand-computed leaderboard
+numbers, resume after a crash, clear errors for malformed inputs, the lm-eval conversion, the task benchmarks,
+and a tiny-model end-to-end run."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import itertools
+import json
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from eval import run
+from eval.benchmarks import get_benchmark
+from eval.leaderboard import build_leaderboard, lm_eval_entries, render_markdown, write_leaderboard
+from eval.metrics import compare, default_ks, summarize
+from eval.samples import read_samples, repair
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+MATH500 = DATA / "math" / "math500" / "test.jsonl"
+needs_data = pytest.mark.skipif(not MATH500.is_file(), reason=f"benchmark data not found at {DATA}")
+
+
+# ---- metrics ---------------------------------------------------------------------------------------------------
+
+def test_pass_at_k_matches_subset_enumeration():
+    for n in range(1, 7):
+        for c in range(n + 1):
+            samples = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(range(n), k))
+                brute = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+                s = summarize([n], [c], ks=[k])
+                assert s["pass"][k][0] == pytest.approx(brute, abs=1e-12), (n, c, k)
+                assert brute == pytest.approx(1 - comb(n - c, k) / comb(n, k))
+
+
+def test_summarize_hand_numbers_and_refusal():
+    # three problems, n=4, correct 0, 2, 4
+    s = summarize([4, 4, 4], [0, 2, 4])
+    assert s["avg"] == pytest.approx(0.5)
+    assert sorted(s["pass"]) == [1, 2, 4]
+    assert s["pass"][1][0] == pytest.approx(0.5)
+    assert s["pass"][2][0] == pytest.approx((0 + (1 - 1 / 6) + 1) / 3)   # C(2,2)/C(4,2) = 1/6
+    assert s["pass"][4][0] == pytest.approx(2 / 3)
+    lo, hi = s["avg_ci"]
+    assert 0 <= lo < 0.5 < hi <= 1
+    assert summarize([4, 4, 4], [0, 2, 4])["avg_ci"] == (lo, hi)       # fixed seed: reproducible
+    with pytest.raises(ValueError, match="pass@5 needs at least 5 samples"):
+        summarize([4, 4], [1, 2], ks=[5])
+    assert default_ks(32) == [1, 2, 4, 8, 16, 32] and default_ks(6) == [1, 2, 4, 6]
+
+
+def test_paired_comparison():
+    a = [{"problem_id": str(i), "correct": [True, bool(i % 2)]} for i in range(10)]
+    b = [{"problem_id": str(i), "correct": [False, bool(i % 2)]} for i in range(10)]
+    r = compare(a, b)
+    assert r["problems"] == 10 and r["diff"] == pytest.approx(0.5) and r["low"] == r["high"] == pytest.approx(0.5)
+    same = compare(a, a)
+    assert same["diff"] == 0 and same["p_value"] == 1.0
+    with pytest.raises(ValueError, match="share no problems"):
+        compare(a, [{"problem_id": "x", "correct": [True]}])
+
+
+# ---- leaderboard from hand-built sample files ----------------------------------------------------------------
+
+def _line(pid, correct, bench="math500", model="m"):
+    return {"problem_id": pid, "prompt": "q", "gold": "1", "responses": ["r"] * len(correct),
+            "answers": ["1"] * len(correct), "verdicts": ["pass" if c else "wrong_answer" for c in correct],
+            "correct": correct, "finish_reasons": ["stop"] * len(correct),
+            "settings": {"model": model, "benchmark": bench, "benchmark_version": f"{bench}-1"}}
+
+
+def _write(path: Path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_leaderboard_numbers(tmp_path):
+    _write(tmp_path / "a" / "math500.jsonl", [_line("p1", [False] * 4), _line("p2", [True, False, True, False]),
+                                              _line("p3", [True] * 4)])
+    _write(tmp_path / "a" / "aime24.jsonl", [_line("q1", [True, False], "aime24"),
+                                             _line("q2", [False, False], "aime24")])
+    _write(tmp_path / "b" / "math500.jsonl", [_line("p1", [True] * 4), _line("p2", [True] * 4),
+                                              _line("p3", [True] * 4)])
+    board = build_leaderboard(tmp_path)
+    e = {(x["model"], x["benchmark"]): x for x in board["entries"]}
+    a = e[("a", "math500")]
+    assert (a["problems"], a["n"], a["avg"]) == (3, 4, pytest.approx(0.5))
+    assert a["pass"] == {1: pytest.approx(0.5), 2: pytest.approx(11 / 18), 4: pytest.approx(2 / 3)}
+    assert e[("a", "aime24")]["avg"] == pytest.approx(0.25)
+    assert e[("a", "aime24")]["pass"] == {1: pytest.approx(0.25), 2: pytest.approx(0.5)}
+    assert board["averages"]["a"] == (pytest.approx((0.5 + 0.25) / 2), 2)
+    assert board["averages"]["b"] == (pytest.approx(1.0), 1)
+    assert board["benchmarks"] == ["aime24", "math500"]          # registry order
+    [p] = board["paired"]
+    assert (p["model"], p["baseline"], p["benchmark"], p["problems"]) == ("b", "a", "math500", 3)
+    assert p["diff"] == pytest.approx(0.5)
+    md = write_leaderboard(board, tmp_path)
+    assert "| a | 25.0 [0.0, 50.0] (P=2, n=2) | 50.0 [" in md and "(P=3, n=4) | 37.5 (2 benchmarks) |" in md
+    assert "| a | math500 | 3 | 4 | 50.0 | 61.1 | 66.7 |" in md and "| a | aime24 | 2 | 2 | 25.0 | 50.0 |  |" in md
+    assert "| b |  | 100.0 [100.0, 100.0] (P=3, n=4) | 100.0 (1 benchmark) |" in md
+    rows = list(csv.DictReader(open(tmp_path / "leaderboard.csv")))
+    r = next(x for x in rows if x["model"] == "a" and x["benchmark"] == "math500")
+    assert float(r["avg"]) == pytest.approx(0.5) and float(r["pass@2"]) == pytest.approx(11 / 18)
+    assert r["problems"] == "3" and r["pass@4"] != ""
+    assert (tmp_path / "leaderboard.md").read_text() == md
+    # the CLI rebuilds the same files
+    from eval.leaderboard import main as lb_main
+    assert lb_main([str(tmp_path)]) == 0
+    assert (tmp_path / "leaderboard.md").read_text() == md
+
+
+def test_lm_eval_results_become_leaderboard_rows(tmp_path):
+    results = {  # the shape of lm_eval.simple_evaluate's output (log_samples=False)
+        "results": {
+            "gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": 0.05,
+                      "exact_match,flexible-extract": 0.3, "exact_match_stderr,flexible-extract": 0.05},
+            "arc_easy": {"alias": "arc_easy", "acc,none": 0.6, "acc_stderr,none": 0.01, "acc_norm,none": 0.55,
+                         "acc_norm_stderr,none": 0.02},
+            "broken": {"alias": "broken", "acc,none": 0.1, "acc_stderr,none": "N/A"},
+        },
+        "n-samples": {"gsm8k": {"original": 1319, "effective": 100}, "arc_easy": {"original": 2376,
+                                                                                   "effective": 2376}},
+    }
+    rows = {r["benchmark"]: r for r in lm_eval_entries("m", results)}
+    g = rows["lm:gsm8k"]
+    assert (g["version"], g["avg"], g["problems"]) == ("exact_match,strict-match", 0.25, 100)
+    assert (g["ci_low"], g["ci_high"]) == (pytest.approx(0.25 - 1.96 * 0.05), pytest.approx(0.25 + 1.96 * 0.05))
+    assert (rows["lm:arc_easy"]["version"], rows["lm:arc_easy"]["avg"]) == ("acc_norm,none", 0.55)
+    assert rows["lm:broken"]["ci_low"] is None and rows["lm:broken"]["problems"] is None
+    # written beside sample files, it lands as columns of the same leaderboard (not in the average)
+    _write(tmp_path / "m" / "math500.jsonl", [_line("p1", [True, False])])
+    (tmp_path / "m" / "lm_eval.json").write_text(json.dumps(results))
+    board = build_leaderboard(tmp_path)
+    assert board["benchmarks"] == ["math500", "lm:arc_easy", "lm:broken", "lm:gsm8k"]
+    assert board["averages"]["m"] == (0.5, 1)
+    assert "25.0 [15.2, 34.8] (P=100) |" in render_markdown(board)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None or importlib.util.find_spec("accelerate") is None,
+                    reason="lm-eval not installed (pip install 'thinking-seeds[lmeval]')")
+def test_lm_eval_bridge_end_to_end(tmp_path, tiny_model, monkeypatch):
+    """A local YAML task on a local JSONL file, offline, through lm_eval.simple_evaluate (hf backend)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "data.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+1\n", "answer": str(i + 1)}) + "\n"
+                                              for i in range(3)))
+    (tasks / "tiny_add.yaml").write_text(
+        "task: tiny_add\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {tasks / 'data.jsonl'}\ntest_split: test\noutput_type: generate_until\n"
+        "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{answer}}\"\n"
+        "generation_kwargs:\n  until: [\"\\n\\n\"]\n  max_gen_toks: 4\n  do_sample: false\n"
+        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n"
+        "metadata:\n  version: 1.0\n")
+    from eval.lm_eval_bridge import run_lm_eval
+    out = tmp_path / "out" / "tiny"
+    run_lm_eval(str(tiny_model), ["tiny_add"], out, include_path=str(tasks), engine="hf", batch_size=4)
+    [row] = lm_eval_entries("tiny", json.loads((out / "lm_eval.json").read_text()))
+    assert (row["benchmark"], row["version"], row["problems"]) == ("lm:tiny_add", "exact_match,none", 3)
+    assert 0.0 <= row["avg"] <= 1.0
+
+
+# ---- the --samples grading path: resume, errors, disagreements ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def samples_file(tmp_path_factory):
+    if not MATH500.is_file():
+        pytest.skip(f"benchmark data not found at {DATA}")
+    rows = [json.loads(line) for line in MATH500.read_text().splitlines()[:10]]
+    path = tmp_path_factory.mktemp("samples") / "completions.jsonl"
+    with open(path, "w") as f:
+        for i, r in enumerate(rows):
+            responses = [r["solution"], r"The answer is \boxed{0}.", "I am not sure."]
+            if i == 0:
+                responses.append(r"<think>\boxed{1}</think> so \boxed{200}")   # for the disagreement check
+            f.write(json.dumps({"problem_id": r["unique_id"], "responses": responses}) + "\n")
+    return path
+
+
+def _grade(samples, out, *extra):
+    return run.main(["--model", "ref", "--benchmarks", "math500", "--problems", str(MATH500), "--samples",
+                     str(samples), "--out", str(out), "--no-progress", "--workers", "2", *extra])
+
+
+@needs_data
+def test_samples_resume_after_crash_equals_uninterrupted(samples_file, tmp_path):
+    full = tmp_path / "full"
+    assert _grade(samples_file, full) == 0
+    ref = (full / "ref" / "math500.jsonl").read_bytes()
+    lines = ref.splitlines(keepends=True)
+    assert len(lines) == 10
+    row0 = json.loads(lines[0])
+    assert row0["correct"][:3] == [True, False, False] and row0["verdicts"][2] == "no_answer"
+    assert row0["answers"][:2] == [r"\left( 3, \frac{\pi}{2} \right)", "0"]
+    assert row0["settings"]["samples_file"] == "completions.jsonl" and "correct_qwen" in row0
+    # crashes: mid-line, between an object and its newline, and after a complete line
+    for cut in (lines[:4] + [lines[4][: len(lines[4]) // 2]], lines[:6] + [lines[6].rstrip(b"\n")], lines[:3]):
+        part = tmp_path / "part" / "ref" / "math500.jsonl"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_bytes(b"".join(cut))
+        assert _grade(samples_file, tmp_path / "part") == 0
+        assert part.read_bytes() == ref
+    # re-running a complete file changes nothing
+    assert _grade(samples_file, full) == 0
+    assert (full / "ref" / "math500.jsonl").read_bytes() == ref
+
+
+@needs_data
+def test_disagreements_file_and_rate(samples_file, tmp_path, capsys):
+    assert _grade(samples_file, tmp_path) == 0
+    dis = read_samples(tmp_path / "ref" / "math500.disagreements.jsonl")
+    assert all(set(d) == {"problem_id", "sample", "gold", "answer", "math_verify", "qwen", "response"} for d in dis)
+    out = capsys.readouterr().out
+    assert f"disagreement {len(dis) / 31:.2%} ({len(dis)} samples)" in out
+
+
+@needs_data
+def test_disagreement_rows_are_written(tmp_path):
+    problems = tmp_path / "p.jsonl"
+    problems.write_text(json.dumps({"problem": "q", "solution": "", "answer": "200", "subject": "x", "level": 1,
+                                    "unique_id": "u1"}) + "\n")
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(json.dumps({"problem_id": "u1", "responses": [r"\boxed{2}", r"\boxed{200}"]}) + "\n")
+    assert run.main(["--model", "m", "--benchmarks", "math500", "--problems", str(problems), "--samples",
+                     str(samples), "--out", str(tmp_path / "out"), "--no-progress", "--workers", "1"]) == 0
+    [d] = read_samples(tmp_path / "out" / "m" / "math500.disagreements.jsonl")
+    assert (d["problem_id"], d["sample"], d["answer"], d["math_verify"], d["qwen"]) == ("u1", 0, "2", False, True)
+
+
+@needs_data
+def test_bad_inputs_name_file_and_line(samples_file, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    good = samples_file.read_text().splitlines()
+    bad.write_text("\n".join(good[:2] + ['{"problem_id": "x", "responses": [']) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:3: malformed JSON"):
+        _grade(bad, tmp_path / "o1")
+    bad.write_text("\n".join(good[:1] + ['{"problem_id": "test/nope.json", "responses": ["a"]}']) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: unknown problem_id 'test/nope.json'"):
+        _grade(bad, tmp_path / "o2")
+    bad.write_text("\n".join(good[:1] + good[:1]) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: problem_id .* appears twice"):
+        _grade(bad, tmp_path / "o3")
+    probs = tmp_path / "probs.jsonl"
+    probs.write_text(MATH500.read_text().splitlines()[0] + "\n{not json}\n")
+    with pytest.raises(ValueError, match=r"probs\.jsonl:2: malformed JSON"):
+        run.main(["--model", "ref", "--benchmarks", "math500", "--problems", str(probs), "--samples",
+                  str(samples_file), "--out", str(tmp_path / "o4")])
+    # a corrupt line that is not the last one is not a crash artefact: refuse
+    out = tmp_path / "o5" / "ref" / "math500.jsonl"
+    _write(out, [_line("a", [True]), _line("b", [True])])
+    out.write_text("{garbage\n" + out.read_text())
+    with pytest.raises(ValueError, match=r"math500\.jsonl:1: malformed sample line"):
+        _grade(samples_file, tmp_path / "o5")
+
+
+@needs_data
+def test_settings_mismatch_is_refused_before_work(samples_file, tmp_path):
+    assert _grade(samples_file, tmp_path, "--limit", "2") == 0
+    other = tmp_path / "completions2.jsonl"
+    other.write_text(samples_file.read_text())
+    with pytest.raises(ValueError, match="other settings .*samples_file.*new --out directory, or delete the file"):
+        _grade(other, tmp_path)
+
+
+def test_cli_argument_errors(tmp_path):
+    with pytest.raises(SystemExit, match="unknown benchmark 'gsm9k'"):
+        run.main(["--model", "m", "--benchmarks", "gsm9k", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="exactly one benchmark"):
+        run.main(["--model", "m", "--benchmarks", "aime24,aime25", "--samples", "x", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="nothing to do"):
+        run.main(["--model", "m", "--out", str(tmp_path)])
+    assert run.model_name("Qwen/Qwen2.5-Math-7B") == "Qwen__Qwen2.5-Math-7B"
+    step = tmp_path / "runs" / "exp1" / "checkpoints" / "step_000100"
+    step.mkdir(parents=True)
+    assert run.model_name(str(step)) == "exp1-step_000100"
+
+
+def test_repair_cuts_only_a_partial_last_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2}\n{"a": ')
+    assert repair(p) == [{"a": 1}, {"a": 2}]
+    assert p.read_text() == '{"a": 1}\n{"a": 2}\n'
+    assert repair(tmp_path / "missing.jsonl") == []
+
+
+# ---- task benchmarks and a tiny model end to end ---------------------------------------------------------------
+
+def test_task_benchmarks(tmp_path):
+    pytest.importorskip("trainer.tasks")
+    add = get_benchmark("addition")
+    ps = add.load()
+    assert len(ps) == 200 and ps[0].id == "addition-s10000-000000" and add.load()[7] == ps[7]
+    assert (add.kind, add.default_template, add.generation) == (
+        "task", "raw", {"n": 8, "temperature": 1.0, "top_p": 1.0, "max_tokens": 64})
+    row = ps[0].meta["row"]
+    v = add.grade(row["solution"], ps[0])
+    assert (v.correct, v.verdict, v.answer) == (True, "pass", row["answer"])
+    assert add.grade("= 1", ps[0]).verdict == "wrong_answer" and add.grade("??", ps[0]).verdict == "no_answer"
+    cd = get_benchmark("countdown")
+    c0 = cd.load()[0]
+    assert cd.grade(c0.meta["row"]["solution"], c0).correct and not cd.grade("= 1+1", c0).correct
+    f = tmp_path / "add.jsonl"
+    f.write_text(json.dumps({"id": "a1", "prompt": "1+2\n", "answer": "3"}) + "\n" + json.dumps({"id": "a2"}) + "\n")
+    with pytest.raises(ValueError, match=r"add\.jsonl row 2: .*missing \['prompt', 'answer'\]"):
+        add.load(f)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    pytest.importorskip("trainer.sampler")
+    tiny = pytest.importorskip("trainer.tiny")
+    out = tmp_path_factory.mktemp("tiny") / "tiny-1m"
+    tiny.main(["--out", str(out), "--size", "1m"])
+    return out
+
+
+@pytest.mark.slow
+def test_tiny_model_end_to_end(tiny_model, tmp_path):
+    args = ["--model", str(tiny_model), "--benchmarks", "addition", "--n", "2", "--limit", "4", "--max-tokens", "16",
+            "--out", str(tmp_path), "--no-progress", "--engine", "hf"]
+    assert run.main(args) == 0
+    path = tmp_path / "tiny-1m" / "addition.jsonl"
+    rows = read_samples(path)
+    assert [r["problem_id"] for r in rows] == [f"addition-s10000-{i:06d}" for i in range(4)]
+    for r in rows:
+        assert len(r["responses"]) == len(r["correct"]) == len(r["verdicts"]) == len(r["finish_reasons"]) == 2
+        assert set(r["finish_reasons"]) <= {"stop", "length"}
+        assert r["prompt"].endswith("\n") and "+" in r["prompt"]
+        assert all(len(x) <= 16 for x in r["responses"])   # char-level tokenizer: at most 16 characters
+        s = r["settings"]
+        assert (s["n"], s["max_tokens"], s["template"], s["temperature"]) == (2, 16, "raw", 1.0)
+    before = path.read_bytes()
+    assert run.main(args) == 0                        # resumes: everything is done, nothing is appended
+    assert path.read_bytes() == before
+    assert "tiny-1m" in (tmp_path / "leaderboard.md").read_text()
+    with pytest.raises(ValueError, match="other settings"):
+        run.main(args[:-2] + ["--engine", "hf", "--seed", "1"])
+
+
+def test_stop_ids_add_end_of_turn_tokens():
+    class GC:
+        eos_token_id = [151643, 7]
+
+    class Model:
+        generation_config = GC()
+
+    class Tok:
+        eos_token_id = 151643
+
+        def get_vocab(self):
+            return {"<|endoftext|>": 151643, "<|im_end|>": 151645, "a": 1}
+    assert run.stop_ids(Model(), Tok()) == [151643, 7, 151645]
