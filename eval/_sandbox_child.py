@@ -1,0 +1,569 @@
+"""Sandbox runner (trusted): started by ``eval.sandbox`` as ``python -I -S -B _sandbox_child.py SPEC STATUS CTL``.
+
+Nothing here decides pass or fail. The runner reads a run spec (``marshal``, written by the grader), builds the
+jail, and for every test case forks a fresh copy of itself that drops privileges and runs the untrusted program.
+It reports raw facts (exit status, signal, time, captured bytes) back to the grader over the STATUS pipe; the
+grader classifies and compares. When the grader closes the CTL pipe (it stopped the call early, or it died), the
+runner kills the case and everything else in the namespace and exits.
+
+Process layout with namespaces (the grader runs ``unshare --net --pid --mount --ipc --uts --fork --kill-child``)::
+
+    grader ── unshare (host) ── runner R: PID 1 of a new PID namespace, root, holds STATUS
+                                   └── case process P (one per test case): uid 65534, rlimits, chroot,
+                                       runs the program
+
+R stays root so that the kernel's parent-death signal (``--kill-child``) survives: when the grader kills unshare,
+R dies, and when PID 1 of a namespace dies the kernel kills every process in it (detached grandchildren too).
+R itself kills everything else in the namespace (``kill(-1)``) after each case.
+
+This file imports only what the interpreter already loads plus small C modules: it runs once per sandbox call
+and its start-up time is the sandbox's overhead. Linux only.
+"""
+
+import fcntl
+import marshal
+import os
+import resource
+import select
+import sys
+import time
+
+MEMORY_EXIT = 213          # exit status the case process uses for an uncaught MemoryError
+SIGKILL = 9
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+PR_SET_NO_NEW_PRIVS = 38
+ROOT = "/tmp/r"            # the jail's root, on a tmpfs mounted over /tmp inside the private mount namespace
+
+_libc = None
+_PRELUDE = None
+
+
+def _send(fd, msg):
+    data = marshal.dumps(msg)
+    data = len(data).to_bytes(4, "little") + data
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def _mount(src, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    if _libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) != 0:
+        import ctypes
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount({src!r}, {target!r}, {fstype!r}): {os.strerror(err)}")
+
+
+def _build_root(spec):
+    """Mount a tmpfs over /tmp (hiding the host's), lay out a minimal read-only root in it, chroot there."""
+    import ctypes
+    global _libc
+    _libc = ctypes.CDLL(None, use_errno=True)
+    jail = spec["jail"]
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    os.mkdir(ROOT, 0o755)
+    for link, target in jail["links"]:
+        os.makedirs(os.path.dirname(ROOT + link), 0o755, exist_ok=True)
+        os.symlink(target, ROOT + link)
+    for path in jail["ro_dirs"]:
+        target = ROOT + path
+        os.makedirs(target, 0o755, exist_ok=True)
+        _mount(path, target, None, MS_BIND | MS_REC)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for path, writable in jail["files"]:
+        target = ROOT + path
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        _mount(path, target, None, MS_BIND)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC | (0 if writable else MS_RDONLY))
+    os.mkdir(ROOT + "/tmp", 0o755)
+    os.mkdir(ROOT + "/sandbox", 0o755)
+    os.makedirs(ROOT + "/dev/shm", 0o755, exist_ok=True)
+    size = spec["disk_bytes"]
+    for d, mode in (("/sandbox", "0755"), ("/tmp", "1777"), ("/dev/shm", "1777")):   # shm: multiprocessing locks
+        _mount("tmpfs", ROOT + d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
+    os.chroot(ROOT)
+    os.chdir("/")
+
+
+def _reset_dirs(spec):
+    """Before every case: empty working directory, /tmp and /dev/shm with the owners and modes they started with.
+
+    (A fresh tmpfs per case would cost two mount/umount pairs, ~1.5 ms; the directories are almost always empty.)
+    """
+    for path, mode, owned in ((spec["cwd"], 0o755, True), ("/tmp", 0o1777, False), ("/dev/shm", 0o1777, False)):
+        if not owned and spec["jail"] is None:
+            continue   # no private /tmp or /dev/shm without the jail: never touch the host's
+        os.chmod(path, mode)
+        if spec["uid"] is not None:
+            os.chown(path, spec["uid"] if owned else 0, spec["gid"] if owned else 0)
+        _clear_dir(path)
+
+
+def _clear_dir(path):
+    """Empty a directory as root (no symlink is followed)."""
+    assert path and os.path.abspath(path) != "/", f"refusing to clear {path!r}"
+    with os.scandir(path) as it:
+        if next(it, None) is None:
+            return
+    stack = [path]
+    dirs = []
+    while stack:
+        d = stack.pop()
+        dirs.append(d)
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            else:
+                try:
+                    os.unlink(e.path)
+                except OSError:
+                    pass
+    for d in reversed(dirs[1:]):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def _case_process(spec, case, fds):
+    """The forked case process: drop privileges, apply limits, run the untrusted program. Never returns."""
+    setup_fd = fds[-1]
+    try:
+        # Copy every descriptor the case keeps above any number it will be placed at, then place them:
+        # 0 stdin, 1 stdout, 2 stderr, 3 result (function mode), 4 setup-failure pipe (closed before the program).
+        high = [None if fd is None else fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
+        for target, fd in enumerate(high):
+            if fd is not None:
+                os.dup2(fd, target)
+        if high[3] is None:
+            try:
+                os.close(3)
+            except OSError:
+                pass
+        os.closerange(5, 1 << 16)   # the status pipe, the spec and every other runner descriptor: gone
+        setup_fd = 4
+        os.setsid()
+        lim = resource.setrlimit
+        lim(resource.RLIMIT_CORE, (0, 0))
+        lim(resource.RLIMIT_CPU, (spec["cpu_s"], spec["cpu_s"] + 1))
+        lim(resource.RLIMIT_AS, (spec["mem_bytes"], spec["mem_bytes"]))
+        lim(resource.RLIMIT_FSIZE, (spec["fsize_bytes"], spec["fsize_bytes"]))
+        lim(resource.RLIMIT_NOFILE, (spec["nofile"], spec["nofile"]))
+        lim(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
+        if spec["uid"] is not None:
+            os.setgroups([])
+            os.setgid(spec["gid"])
+            os.setuid(spec["uid"])
+        if _libc is not None:
+            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        os.chdir(spec["cwd"])
+        os.environ["HOME"] = spec["cwd"]
+        os.environ["TMPDIR"] = "/tmp"
+    except BaseException as e:  # an infrastructure failure, reported on a pipe the program never holds
+        try:
+            os.write(setup_fd, f"{e!r}".encode()[:4000] or b"?")
+        finally:
+            os._exit(126)
+    os.close(setup_fd)
+    os._exit(_run_program(spec, case))
+
+
+
+def _run_program(spec, case):
+    """Run prelude + program as ``__main__`` (stdin mode) or call ``fn_name`` on one JSON-lines input (function
+    mode, result written as JSON to fd 3). Returns the exit status, like the interpreter would."""
+    sys.set_int_max_str_digits(spec["int_max_str_digits"])
+    sys.argv = ["main.py"]
+    sys.path[:0] = spec["pythonpath"]
+    main = type(sys)("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    g = main.__dict__
+    rc = 0
+    try:
+        if _PRELUDE is not None:
+            g.update(_PRELUDE)   # the grader's prelude, run once in the runner before any case
+        exec(compile(spec["source"], "main.py", "exec"), g)
+        if spec["mode"] == "function":
+            _call_function(spec, case, g)
+        elif spec["mode"] == "calls":
+            _call_many(spec, case, g)
+    except SystemExit as e:
+        code = e.code
+        if code is None:
+            rc = 0
+        elif isinstance(code, int):
+            rc = code & 0xFF
+        else:
+            try:
+                sys.stderr.write(f"{code}\n")
+            except BaseException:
+                pass
+            rc = 1
+    except MemoryError:
+        g.clear()
+        try:
+            sys.stderr.write("MemoryError\n")
+        except BaseException:
+            pass
+        rc = MEMORY_EXIT
+    except BaseException:
+        try:
+            etype, value, tb = sys.exc_info()
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next   # the program's frames only
+            sys.excepthook(etype, value.with_traceback(tb), tb)
+        except BaseException:
+            pass
+        rc = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    return rc
+
+
+def _target(spec, g):
+    name = spec["fn_name"]
+    if "class Solution" in spec["source"] and "Solution" in g:   # LiveCodeBench's own test for LeetCode style
+        return getattr(g["Solution"](), name)
+    if name not in g:
+        raise NameError(f"function {name!r} is not defined by the program")
+    return g[name]
+
+
+def _write_result(data):
+    fd3 = os.fdopen(3, "w", encoding="utf-8", closefd=False)
+    fd3.write(data)
+    fd3.flush()
+
+
+def _call_many(spec, case, g):
+    """EvalPlus style: one JSON array of argument lists; every value returned is encoded with Python types kept
+    (``_tagged``); the first exception ends the list with an ``__exception__`` entry."""
+    import json
+    calls = json.loads(case)
+    target = _target(spec, g)
+    out = []
+    try:
+        for args in calls:
+            out.append(_tagged(target(*args)))
+    except Exception as e:
+        out.append({"__exception__": f"{type(e).__name__}: {e}"[:300]})
+    _write_result(json.dumps(out, allow_nan=True))
+
+
+def _tagged(x):
+    t = type(x)
+    if x is None or t is bool or t is int or t is float or t is str:
+        return x
+    if t is list:
+        return [_tagged(v) for v in x]
+    if t is tuple:
+        return {"__tuple__": [_tagged(v) for v in x]}
+    if t is set or t is frozenset:
+        return {"__" + t.__name__ + "__": [_tagged(v) for v in x]}
+    if t is dict:
+        return {"__dict__": [[_tagged(k), _tagged(v)] for k, v in x.items()]}
+    if t is complex:
+        return {"__complex__": [x.real, x.imag]}
+    if t is bytes:
+        return {"__bytes__": x.hex()}
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return float(x)
+    if isinstance(x, str):
+        return str(x)
+    try:
+        r = repr(x)[:200]
+    except Exception:
+        r = "?"
+    return {"__repr__": [t.__name__, r]}
+
+
+def _call_function(spec, case, g):
+    import json
+    args = [json.loads(line) for line in case.split("\n")]
+    target = _target(spec, g)
+    value = target(*args)
+    if isinstance(value, tuple):   # LiveCodeBench: a returned tuple counts as the list it holds
+        value = list(value)
+    _write_result(json.dumps(_jsonable(value), allow_nan=True))
+
+
+def _jsonable(x):
+    """Turn the program's return value into JSON data without changing what ``==`` would say against a JSON value.
+
+    Values JSON cannot hold faithfully (a nested tuple, a set, a custom object, a dict with non-str keys) become
+    a marker object that no gold JSON value equals, as they would compare unequal in LiveCodeBench's in-process
+    ``==`` too.
+    """
+    t = type(x)
+    if x is None or t is bool or t is int or t is float or t is str:
+        return x
+    if t is list:
+        return [_jsonable(v) for v in x]
+    if t is dict and all(type(k) is str for k in x):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int) and not isinstance(x, bool):
+        return int(x)
+    if isinstance(x, float):
+        return float(x)
+    if isinstance(x, str):
+        return str(x)
+    if hasattr(t, "__index__") and not hasattr(t, "__len__"):   # integer scalars such as numpy.int64
+        return int(x.__index__())
+    try:
+        r = repr(x)[:200]
+    except BaseException:
+        r = "?"
+    return {"__sandbox_unrepresentable__": t.__name__, "repr": r}
+
+
+def _read_capped(fd, cap):
+    size = os.lseek(fd, 0, os.SEEK_END)
+    os.lseek(fd, 0, os.SEEK_SET)
+    want = min(size, cap)
+    chunks = []
+    while want > 0:
+        b = os.read(fd, min(want, 1 << 20))
+        if not b:
+            break
+        chunks.append(b)
+        want -= len(b)
+    return b"".join(chunks), size > cap
+
+
+class _Sink:
+    """The case's stderr pipe, drained while it runs: the first ``cap`` bytes are kept, the rest discarded (a
+    program's debugging output must not stop it, unlike its stdout)."""
+
+    def __init__(self, fd, cap):
+        self.fd, self.cap, self.data, self.truncated = fd, cap, bytearray(), False
+
+    def read(self):
+        """Read what is there; False at end of file."""
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        room = self.cap - len(self.data)
+        if len(chunk) > room:
+            self.truncated = True
+            chunk = chunk[:max(room, 0)]
+        self.data += chunk
+        return True
+
+
+def _wait_case(pid, timeout_s, in_pidns, ctl_fd, sink):
+    """Wait for the case process with a wall-clock deadline, draining its stderr into ``sink``; if the grader
+    closes the control pipe (it stopped the call, or died), kill everything and exit.
+    Returns (status, rusage, wall_s, timed_out)."""
+    t0 = time.monotonic()
+    deadline = t0 + max(0.0, timeout_s)
+    timed_out = False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    poller = select.poll()
+    poller.register(ctl_fd, select.POLLIN)
+    poller.register(sink.fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    exited = False
+    while not exited:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        events = poller.poll((left if pidfd is not None else min(left, 0.005)) * 1000.0)
+        for fd, _ in events:
+            if fd == ctl_fd:
+                _stop(pid, in_pidns)
+            elif fd == sink.fd:
+                if not sink.read():
+                    poller.unregister(sink.fd)
+            else:
+                exited = True
+        if pidfd is None:
+            exited = _exited(pid)
+    if pidfd is not None:
+        os.close(pidfd)
+    if timed_out:
+        _signal_all(pid, in_pidns)
+    _, status, ru = os.wait4(pid, 0)
+    return status, ru, time.monotonic() - t0, timed_out
+
+
+def _exited(pid):
+    """Without pidfd (kernels before 5.3): has the process exited? (peeks without reaping)"""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _stop(pid, in_pidns):
+    """The grader is gone or stopped this call: kill the case and everything else, exit."""
+    try:
+        _kill_rest(pid, in_pidns)
+    finally:
+        os._exit(0)
+
+
+def _stop_requested(ctl_fd):
+    p = select.poll()
+    p.register(ctl_fd, select.POLLIN)
+    return bool(p.poll(0))
+
+
+def _signal_all(pid, in_pidns):
+    """SIGKILL the case process and everything it started (without reaping)."""
+    targets = [-1] if in_pidns else [-pid, pid]   # -1 from PID 1: every other process of the namespace only
+    for target in targets:
+        try:
+            os.kill(target, SIGKILL)
+        except OSError:
+            pass
+
+
+def _kill_rest(pid, in_pidns):
+    """After a case: kill and reap whatever it left behind (detached grandchildren included).
+
+    With a PID namespace every leftover is a child of this PID 1, so "no child left" means the namespace is
+    empty; kill(-1) is repeated because a process forking while it runs can miss it."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        _signal_all(pid, in_pidns)
+        while True:
+            try:
+                got, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not got:
+                break
+        if not in_pidns:
+            return   # no namespace: the grader's cgroup sweep is the fallback for setsid'd descendants
+        if time.monotonic() > deadline:
+            raise RuntimeError("processes left by the case survive SIGKILL for 10 s")
+        time.sleep(0.0005)
+
+
+def main():
+    spec_fd, status_fd, ctl_fd = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    os.umask(0o022)
+    try:
+        spec = marshal.loads(_read_all(spec_fd))
+        os.close(spec_fd)
+        in_pidns = os.getpid() == 1
+        t0 = time.monotonic()
+        if spec["cgroup"]:
+            with open(spec["cgroup"] + "/cgroup.procs", "w") as f:
+                f.write("0")
+        t1 = time.monotonic()
+        if spec["jail"] is not None:
+            _build_root(spec)
+        t2 = time.monotonic()
+        for name in spec["preimport"]:   # paid once here instead of once per case
+            __import__(name)
+        if spec["prelude"]:
+            # Trusted code from the grader (imports, sys.setrecursionlimit): run once here, and each case process
+            # (a fork of this one) starts from a copy of the names it defined.
+            global _PRELUDE
+            ns = {"__name__": "__main__", "__builtins__": __builtins__}
+            exec(compile(spec["prelude"], "<prelude>", "exec"), ns)
+            _PRELUDE = {k: v for k, v in ns.items() if k not in ("__name__", "__builtins__")}
+        t3 = time.monotonic()
+        _send(status_fd, {"t": "ready", "setup_s": t3 - t0, "pidns": in_pidns,
+                          "cgroup_s": t1 - t0, "jail_s": t2 - t1, "preimport_s": t3 - t2})
+    except BaseException as e:
+        _send(status_fd, {"t": "fail", "msg": f"sandbox setup failed: {e!r}"})
+        os._exit(125)
+
+    mode = spec["mode"]
+    for i, case in enumerate(spec["cases"]):
+        if _stop_requested(ctl_fd):
+            os._exit(0)
+        try:
+            _reset_dirs(spec)
+            in_fd = os.memfd_create("in")
+            data = case if mode == "stdin" else b""
+            view = memoryview(data)
+            while view:
+                view = view[os.write(in_fd, view):]
+            os.lseek(in_fd, 0, os.SEEK_SET)
+            out_fd = os.memfd_create("out")
+            err_r, err_fd = os.pipe()
+            os.set_blocking(err_r, False)
+            res_fd = os.memfd_create("res") if mode != "stdin" else None
+            setup_r, setup_w = os.pipe()
+            pid = os.fork()
+        except BaseException as e:
+            _send(status_fd, {"t": "fail", "msg": f"sandbox could not start case {i}: {e!r}"})
+            os._exit(125)
+        if pid == 0:
+            _case_process(spec, case, (in_fd, out_fd, err_fd, res_fd, setup_w))
+        try:
+            os.close(setup_w)
+            os.close(err_fd)
+            _send(status_fd, {"t": "start", "i": i, "pid": pid})
+            sink = _Sink(err_r, spec["max_stderr"])
+            status, ru, wall, timed_out = _wait_case(pid, spec["timeout_s"], in_pidns, ctl_fd, sink)
+            _kill_rest(pid, in_pidns)   # detached grandchildren of this case do not outlive it
+            while sink.read() and in_pidns:   # every writer is dead now: read to the end
+                pass
+            out, out_trunc = _read_capped(out_fd, spec["max_stdout"])
+            err, err_trunc = bytes(sink.data), sink.truncated
+            res, res_trunc = (None, False) if res_fd is None else _read_capped(res_fd, spec["max_result"])
+            setup_error = _read_all(setup_r)
+            if setup_error:
+                why = setup_error.decode(errors="replace")
+                _send(status_fd, {"t": "fail", "msg": f"sandbox case setup failed: {why}"})
+                os._exit(125)
+            for fd in (in_fd, out_fd, err_r, res_fd, setup_r):
+                if fd is not None:
+                    os.close(fd)
+            msg = {
+                "t": "case", "i": i, "wall_s": wall, "timed_out": timed_out,
+                "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
+                "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "stdout": out, "stdout_truncated": out_trunc,
+                "stderr": err, "stderr_truncated": err_trunc,
+                "result": res, "result_truncated": res_trunc,
+            }
+            _send(status_fd, msg)
+        except BaseException as e:
+            _send(status_fd, {"t": "fail", "msg": f"sandbox failed while running case {i}: {e!r}"})
+            os._exit(125)
+    _send(status_fd, {"t": "done"})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

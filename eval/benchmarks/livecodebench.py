@@ -1,0 +1,337 @@
+"""LiveCodeBench code generation (``livecodebench/code_generation_lite``), graded in the sandbox like lcb_runner.
+
+**Data.** The Hugging Face dataset's JSONL files, one problem per line with ``question_title``,
+``question_content``, ``platform`` (leetcode|atcoder|codeforces), ``question_id``, ``contest_id``,
+``contest_date`` (ISO), ``starter_code``, ``difficulty``, ``public_test_cases`` (a JSON string of
+``[{"input", "output", "testtype": "stdin"|"functional"}]``), ``private_test_cases`` (the same JSON string, or
+``base64(zlib(pickle(json_string)))``) and ``metadata`` (a JSON string; ``func_name`` for functional problems).
+Nothing is downloaded: pass a path, or set ``THINKING_SEEDS_DATA`` to a folder with ``code/livecodebench/``
+holding the dataset's files (``test.jsonl`` ... ``test6.jsonl``, as in the dataset repository).
+
+**Private tests are decoded without running pickle code**: the payload must be a pickled ``str``; an Unpickler
+whose ``find_class`` always raises refuses anything that names a callable (``__reduce__`` payloads such as
+``os.system``), then ``json.loads``. Loading validates every problem's tests before any generation starts; the
+decoded private tests are not kept in memory (they are decoded again when a problem is graded, cached for the
+two most recent problems).
+
+**Releases** (lcb_runner ``--release_version``; the dataset card gives the windows by month):
+
+| tag | files | problems | contest dates |
+|---|---|---|---|
+| release_v1 | test.jsonl | 400 | 2023-05 .. 2024-03 |
+| release_v2 | + test2.jsonl | 511 | 2023-05 .. 2024-05 |
+| release_v3 | + test3.jsonl | 612 | 2023-05 .. 2024-07 |
+| release_v4 | + test4.jsonl | 713 | 2023-05 .. 2024-09 |
+| release_v5 | + test5.jsonl | 880 | 2023-05 .. 2025-01 |
+| release_v6 | + test6.jsonl | 1055 | 2023-05 .. 2025-04 |
+
+``vN`` is the problems added in release N only (``testN.jsonl``; ``v6`` = the 175 problems added in release_v6,
+which is how we read the paper's "LiveCodeBench-v6"), ``vA_vB`` releases A..B. Given a folder, a tag selects
+files (the authoritative membership). Given a single file, a tag selects by the contest-date window in the table (month
+granularity, from the dataset card: ``v6`` = 2025-02-01 .. 2025-04-30; pass ``release=None`` to keep the file
+whole). ``start_date``/``end_date`` (``YYYY-MM-DD``, inclusive, compared on the contest's calendar date, like
+lcb_runner's ``--start_date``/``--end_date``) narrow either. ``selection_summary(problems)`` is the line to print
+next to a score: what was selected and how many problems.
+
+**Prompt** (lcb_runner's generic chat prompt): system ``SYSTEM_PROMPT``; user = ``### Question:`` + the
+statement, then either the starter code and "use the following starter code" or "read the inputs from stdin"
+with a ```` ```python ```` placeholder, then ``### Answer: (use the provided format with backticks)``.
+``Problem.question`` is that user turn; ``render_prompt(question, tokenizer)`` adds the system turn through the
+tokenizer's chat template (the ``lcb`` template).
+
+**Grading**: the last ```` ```python ```` block of the response (``eval.grading.code.extract_code``) runs on the
+public then the private tests, 6 s per test (address space capped at 4 GiB), stopping at the first failure
+(``eval.grading.code.grade_code``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import io
+import json
+import os
+import pickle
+import zlib
+from datetime import date, datetime
+from pathlib import Path
+from typing import Iterator
+
+from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.grading.code import LCB_IMPORT_PRELUDE, extract_code, grade_code
+
+__all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
+           "tests_of", "question_text", "render_prompt", "selection_summary", "grade"]
+
+VERSION = "livecodebench-1"
+DATA_ENV = "THINKING_SEEDS_DATA"
+# the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
+CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
+TIMEOUT_S = 6.0   # lcb_runner's default per-test timeout
+# lcb_runner sets no memory limit at all; judges use 256-1024 MB. RLIMIT_AS counts address space, not resident
+# memory, so the cap sits well above that to fail only runaway programs.
+MEMORY_MB = 4096
+
+SYSTEM_PROMPT = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
+                 "generate a correct Python program that matches the specification and passes all tests. You will "
+                 "NOT return anything except for the program.")
+FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
+                       "code within delimiters.")
+# lcb_runner's current wording (older revisions end after "as follows.")
+FORMAT_WITHOUT_STARTER = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not "
+                          "directly test on the sample inputs). Enclose your code within delimiters as follows. "
+                          "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
+                          "writes output to STDOUT.")
+
+_FILES = ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"]
+# last month of each release (dataset card); every release starts at 2023-05
+_RELEASE_END = [date(2024, 3, 31), date(2024, 5, 31), date(2024, 7, 31), date(2024, 9, 30), date(2025, 1, 31),
+                date(2025, 4, 30)]
+_FIRST = date(2023, 5, 1)
+
+
+def _window(first: int, last: int) -> tuple[date, date]:
+    start = _FIRST if first == 1 else _next_day(_RELEASE_END[first - 2])
+    return start, _RELEASE_END[last - 1]
+
+
+def _next_day(d: date) -> date:
+    return date.fromordinal(d.toordinal() + 1)
+
+
+def _release_table() -> dict[str, tuple[list[str], date, date]]:
+    table = {}
+    for n in range(1, 7):
+        table[f"release_v{n}"] = (_FILES[:n], *_window(1, n))
+        table[f"v{n}"] = (_FILES[n - 1:n], *_window(n, n))
+        for m in range(n + 1, 7):
+            table[f"v{n}_v{m}"] = (_FILES[n - 1:m], *_window(n, m))
+    table["release_latest"] = table["release_v6"]
+    return table
+
+
+RELEASES = _release_table()   # tag -> (files, first contest date, last contest date)
+
+
+# --------------------------------------------------------------------------------------------- decoding
+
+class _StrOnlyUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: any reference to a class or callable (how pickle runs code) is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: the private tests must be a pickled str")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refusing a persistent id in the private tests")
+
+
+def decode_private_tests(raw: str) -> list[dict]:
+    """``private_test_cases`` -> list of test dicts. Accepts the JSON string itself or
+    ``base64(zlib(pickle(json_string)))``; never executes pickle code (ValueError instead)."""
+    raw = raw.strip()
+    if raw.startswith("["):
+        tests = json.loads(raw)
+    else:
+        try:
+            blob = zlib.decompress(base64.b64decode(raw.encode("ascii"), validate=True))
+        except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as e:
+            raise ValueError(f"private_test_cases is neither JSON nor base64(zlib(pickle)): {e}") from None
+        try:
+            payload = _StrOnlyUnpickler(io.BytesIO(blob)).load()
+        except pickle.UnpicklingError as e:
+            raise ValueError(f"private_test_cases: unsafe or malformed pickle refused ({e})") from None
+        except Exception as e:   # truncated or corrupt pickles raise many types
+            raise ValueError(f"private_test_cases: malformed pickle ({type(e).__name__}: {e})") from None
+        if not isinstance(payload, str):
+            raise ValueError(f"private_test_cases: the pickle holds a {type(payload).__name__}, expected str")
+        tests = json.loads(payload)
+    _check_tests(tests, "private_test_cases")
+    return tests
+
+
+def _check_tests(tests, what: str) -> None:
+    if not isinstance(tests, list):
+        raise ValueError(f"{what}: expected a list of tests, got {type(tests).__name__}")
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict) or not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
+            raise ValueError(f"{what}[{i}]: a test needs string fields 'input' and 'output'")
+        if t.get("testtype") not in ("stdin", "functional"):
+            raise ValueError(f"{what}[{i}]: testtype must be 'stdin' or 'functional', got {t.get('testtype')!r}")
+
+
+@functools.lru_cache(maxsize=2)
+def _decoded(raw: str) -> tuple[dict, ...]:
+    return tuple(decode_private_tests(raw))
+
+
+def tests_of(problem: Problem) -> list[dict]:
+    """Public then private tests of a problem (the order lcb_runner grades them in)."""
+    gold = problem.gold
+    return list(gold["public"]) + list(_decoded(gold["private"]))
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+def _default_path() -> Path:
+    root = os.environ.get(DATA_ENV)
+    if not root:
+        raise FileNotFoundError(
+            "livecodebench: no problems path given and THINKING_SEEDS_DATA is not set. LiveCodeBench is not stored "
+            "in this project (see shared/data/SOURCES.md); download livecodebench/code_generation_lite's JSONL "
+            "files (test.jsonl ... test6.jsonl) and pass the folder or one file with --problems, or put them in "
+            "$THINKING_SEEDS_DATA/code/livecodebench/")
+    path = Path(root) / "code" / "livecodebench"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{DATA_ENV}={root} but {path} does not exist; put the dataset's test*.jsonl there "
+                                f"or pass --problems PATH")
+    return path
+
+
+def _iter_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8") as f:   # streamed: the dataset's files are hundreds of MB
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, row
+
+
+_FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
+           "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
+
+
+def _parse_date(s: str, what: str) -> date:
+    try:
+        return date.fromisoformat(s)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be YYYY-MM-DD, got {s!r}") from None
+
+
+def question_text(content: str, starter_code: str) -> str:
+    """lcb_runner's ``get_generic_question_template_answer``: the user turn of the prompt."""
+    prompt = f"### Question:\n{content}\n\n"
+    if starter_code:
+        prompt += f"### Format: {FORMAT_WITH_STARTER}\n```python\n{starter_code}\n```\n\n"
+    else:
+        prompt += f"### Format: {FORMAT_WITHOUT_STARTER}\n```python\n# YOUR CODE HERE\n```\n\n"
+    prompt += "### Answer: (use the provided format with backticks)\n\n"
+    return prompt
+
+
+def _problem(row: dict, where: str, source: str) -> Problem:
+    missing = [k for k in _FIELDS if k not in row]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing} (is this a code_generation_lite file?)")
+    try:
+        when = datetime.fromisoformat(row["contest_date"])
+        public = json.loads(row["public_test_cases"])
+        _check_tests(public, "public_test_cases")
+        private_raw = row["private_test_cases"]
+        if not isinstance(private_raw, str):
+            raise ValueError("private_test_cases must be a string")
+        private_n = len(decode_private_tests(private_raw))   # validate now, before any generation
+        metadata = json.loads(row["metadata"]) if row["metadata"] else {}
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where} ({row.get('question_id')}): {e}") from None
+    # lcb_runner decides call-based vs stdin by metadata.func_name alone
+    kind = "functional" if metadata.get("func_name") else "stdin"
+    if kind == "stdin" and any(t["testtype"] == "functional" for t in public):
+        raise ValueError(f"{where} ({row['question_id']}): functional tests but no metadata.func_name")
+    return Problem(
+        id=str(row["question_id"]),
+        question=question_text(row["question_content"], row["starter_code"]),
+        gold={"kind": kind, "fn_name": metadata.get("func_name"), "public": public, "private": private_raw},
+        meta={"title": row["question_title"], "platform": row["platform"], "contest_id": row["contest_id"],
+              "contest_date": when.isoformat(), "difficulty": row["difficulty"], "starter_code": row["starter_code"],
+              "n_tests": len(public) + private_n, "source": source})
+
+
+def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", start_date: str | None = None,
+         end_date: str | None = None) -> list[Problem]:
+    """LiveCodeBench problems (see the module docstring for releases, windows and where the data comes from).
+
+    ``path``: a folder holding the dataset's ``test*.jsonl`` or one JSONL file; default
+    ``$THINKING_SEEDS_DATA/code/livecodebench``. A malformed line fails naming the file and line.
+    """
+    if release is not None and release not in RELEASES:
+        raise ValueError(f"unknown LiveCodeBench release {release!r}; choose from {sorted(RELEASES)} or None")
+    path = Path(path) if path is not None else _default_path()
+    lo = _parse_date(start_date, "start_date") if start_date else None
+    hi = _parse_date(end_date, "end_date") if end_date else None
+    if path.is_dir():
+        names = RELEASES[release or "release_latest"][0]
+        missing = [n for n in names if not (path / n).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{path}: release {release or 'release_latest'} needs {names}; missing {missing}")
+        files, window = [path / n for n in names], None
+    elif path.is_file():
+        files = [path]
+        window = RELEASES[release][1:] if release is not None else None
+    else:
+        raise FileNotFoundError(f"LiveCodeBench problems path {path} does not exist")
+    problems, seen = [], set()
+    for file in files:
+        for lineno, row in _iter_rows(file):
+            where = f"{file}:{lineno}"
+            try:
+                day = datetime.fromisoformat(row["contest_date"]).date()
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{where}: missing or malformed contest_date {row.get('contest_date')!r}") from None
+            if window is not None and not window[0] <= day <= window[1]:
+                continue
+            if (lo is not None and day < lo) or (hi is not None and day > hi):
+                continue
+            p = _problem(row, where, file.name)
+            if p.id in seen:
+                raise ValueError(f"{where}: duplicate question_id {p.id!r}")
+            seen.add(p.id)
+            problems.append(p)
+    label = release if release is not None else "all"
+    for p in problems:
+        p.meta["selection"] = _label(label, start_date, end_date)
+    return problems
+
+
+def _label(release: str, start: str | None, end: str | None) -> str:
+    s = f"release={release}"
+    if start or end:
+        s += f" dates={start or '..'}..{end or '..'}"
+    return s
+
+
+def selection_summary(problems: list[Problem]) -> str:
+    """``livecodebench release=v6: 175 problems (2025-02-01..2025-04-30)``: what to print beside a score."""
+    if not problems:
+        return "livecodebench: 0 problems"
+    days = sorted(p.meta["contest_date"][:10] for p in problems)
+    return f"livecodebench {problems[0].meta.get('selection', '')}: {len(problems)} problems ({days[0]}..{days[-1]})"
+
+
+# --------------------------------------------------------------------------------------------- prompt, grade
+
+def render_prompt(question: str, tokenizer=None) -> str:
+    """The ``lcb`` template: system prompt + user turn, through the tokenizer's chat template when it has one."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return f"{SYSTEM_PROMPT}\n\n{question}"
+
+
+def grade(response: str, problem: Problem, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> Verdict:
+    """The response's last ```python block on the public then private tests (first failure stops)."""
+    gold = problem.gold
+    return grade_code(extract_code(response), tests_of(problem), kind=gold["kind"], fn_name=gold["fn_name"],
+                      timeout_s=timeout_s, memory_mb=memory_mb, prelude=LCB_IMPORT_PRELUDE)
+
+
+BENCHMARK = Benchmark(
+    name="livecodebench", version=VERSION, kind="code", load=load, grade=grade, default_template="lcb",
+    generation=dict(CODE_GENERATION),
+    description="LiveCodeBench code generation (code_generation_lite), default release v6 (175 problems, "
+                "2025-02..2025-04), public + private tests in the sandbox")
