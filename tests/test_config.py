@@ -64,3 +64,12 @@ def test_cli_fails_before_building_a_model(tmp_path):
 def test_presets_validate(preset):
     cfg = load_config(preset)
     validate(cfg)
+
+
+@pytest.mark.parametrize("preset", ["qwen25math7b_seeds_ratio", "r1distill15b_luffy", "qwen3_4b_code_seeds_state",
+                                    "mini_m2po"])
+def test_dry_run_builds_nothing(preset, capsys):
+    from trainer.train import main
+    assert main(["--config", str(REPO / "trainer" / "configs" / f"{preset}.yaml"), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "config OK" in err

@@ -59,6 +59,7 @@ class Config:
     max_response_tokens: int = 64         # generation budget per response (seed + continuation)
     temperature: float = 1.0
     top_p: float = 1.0
+    ignore_eos: bool = False              # sample every response to max_response_tokens (throughput benchmarks, token accounting)
     vllm_gpu_memory_utilization: float = 0.4
     # --- DAPO ------------------------------------------------------------------------------------------
     clip_low: float = 0.2                 # epsilon_low
