@@ -1,0 +1,306 @@
+"""Regenerate every figure whose input tables exist:  ``python -m figures.make_all DIR [--out DIR] [options]``.
+
+DIR is searched recursively and may be
+
+- a **results tree**: tsanalysis result folders anywhere below it (``results/analysis``, ``results/analysis/<run>``,
+  a copied tree); nothing is computed except the pure Lemma 4 table when none is there;
+- a **run directory** (``runs/<run>/``, it holds ``rollouts/``) or a **folder of runs** (``runs/``,
+  ``runs/demo-quick/``): every run below DIR is analysed in-process first, with the same functions and output
+  layout as the ``tsanalysis`` CLI — ``positions`` and ``zero-adv`` for every run, ``truncation`` and ``mismatch``
+  for runs with seeded responses. A run's analysis is *reused* instead when an up-to-date result folder exists:
+  same command and run directory, computed over all steps, settings.json newer than the run's newest rollout
+  file; such folders are looked for under DIR, under the results root and in ``results/analysis/<run>/`` (the
+  CLI's default output, relative to the working directory). ``--recompute`` ignores them.
+
+Computed tables go to ``--results ROOT`` as ``ROOT/<run>/<command>/`` (default ROOT: ``DIR/analysis`` when DIR
+holds runs, else DIR itself), so a demo folder ends up self-contained: ``DIR/analysis`` (tables) and
+``DIR/figures`` (PNGs), and the notebooks can point at DIR. The pure Lemma 4 table needs no data: when none is
+found it is computed (p = 0, 0.01, …, 1; G = 2, 4, 8, 16; 10 000 simulated groups per p; seed 0) and cached in
+``ROOT/lemma4/zero-adv/``.
+
+Relay results (Figure 2) come from ``tsanalysis relay`` (it needs checkpoints and a GPU-sized budget, so it is
+never run here); they are picked up when they lie under DIR, ROOT or ``results/analysis/<run>/``.
+
+Which run feeds which figure is decided by ``figures.load`` (from each run's config.yaml: algorithm,
+mini_batches_per_step, seed_loss, seed_rule); override with
+
+    --fig3 onpolicy=RUN_A,minibatch=RUN_B   --fig4 RUN_C   --fig5 entropy=RUN_D,ratio=RUN_E
+    --lemma4 RUN   --mismatch RUN            (RUN: a run name or a run directory)
+
+Output: ``fig2_relay.png``, ``fig3_positions.png``, ``fig4_seeded_positions.png``, ``fig5_truncation_tokens.png``,
+``lemma4_zero_adv.png``, ``mismatch.png`` in ``--out`` (default ``DIR/figures/``) at ``--dpi`` (150). The paths
+written are printed, and each skipped figure with the tsanalysis command that would produce its inputs. Exit
+status 0, or 1 when a figure failed or an explicitly requested run was not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import load
+from .fig2_relay import plot_relay_passk
+from .fig3_positions import plot_positions
+from .fig4_seeded_positions import plot_mismatch, plot_seeded_positions
+from .fig5_truncation import plot_truncation_tokens
+from .lemma4 import plot_zero_adv
+from .style import DPI, use_headless_backend
+
+__all__ = ["FIGURES", "RUN_COMMANDS", "find_runs", "analyse_run", "ensure_lemma4", "make_all", "parse_mapping",
+           "main"]
+
+RUN_COMMANDS = ("positions", "zero-adv", "truncation", "mismatch")
+LEMMA4_P = np.round(np.linspace(0.0, 1.0, 101), 2)
+LEMMA4_G = (2, 4, 8, 16)
+LEMMA4_SIMULATE = 10_000
+
+
+# ---- one drawing function per output file: loader (figures.load) → plotting function ------------------------
+def _fig2(folders, sel, log):
+    return plot_relay_passk(load.relay_passk(folders, log=log))
+
+
+def _fig3(folders, sel, log):
+    return plot_positions(load.positions_by_run(folders, sel.get("fig3"), log=log))
+
+
+def _fig4(folders, sel, log):
+    bins, takeover = load.seeded_positions(folders, sel.get("fig4"), log=log)
+    return plot_seeded_positions(bins, takeover)
+
+
+def _fig5(folders, sel, log):
+    tokens, categories = load.truncation_tokens(folders, sel.get("fig5"), log=log)
+    return plot_truncation_tokens(tokens, categories)
+
+
+def _lemma4(folders, sel, log):
+    lemma4, by_step = load.zero_adv(folders, sel.get("lemma4"), log=log)
+    return plot_zero_adv(lemma4, by_step)
+
+
+def _mismatch(folders, sel, log):
+    relative, relative_to = load.mismatch(folders, sel.get("mismatch"), log=log)
+    return plot_mismatch(relative, relative_to=relative_to)
+
+
+# output file stem → how to draw it from the result folders and the user's run choices
+FIGURES: dict[str, Callable] = {"fig2_relay": _fig2, "fig3_positions": _fig3, "fig4_seeded_positions": _fig4,
+                                "fig5_truncation_tokens": _fig5, "lemma4_zero_adv": _lemma4, "mismatch": _mismatch}
+
+
+# ---- runs → result tables --------------------------------------------------------------------------------------
+def find_runs(root: str | Path) -> list[Path]:
+    """Run directories under ``root`` (``root`` included): folders whose ``rollouts/`` holds step files."""
+    runs = []
+    for dirpath, dirnames, _ in os.walk(root):
+        if "rollouts" in dirnames and any(Path(dirpath, "rollouts").glob("step_*.parquet")):
+            runs.append(Path(dirpath))
+        dirnames[:] = sorted(d for d in dirnames if d not in load.PRUNE_DIRS)
+    return sorted(runs)
+
+
+def _newest_rollout(run_dir: Path) -> float:
+    return max(p.stat().st_mtime for p in (run_dir / "rollouts").glob("step_*.parquet"))
+
+
+_NEEDED = {"positions": "bins", "zero-adv": "by_step", "truncation": "tokens", "mismatch": "relative"}
+
+
+def _up_to_date(folders: Sequence[load.ResultFolder], run_dir: Path, command: str) -> load.ResultFolder | None:
+    key = str(run_dir.resolve())
+    newest = _newest_rollout(run_dir)
+    ok = [f for f in folders if f.command == command and _NEEDED[command] in f.tables
+          and f.run_dir is not None and str(f.run_dir) == key and f.mtime >= newest
+          and (f.settings.get("steps") or {}).get("range") is None]
+    return max(ok, key=lambda f: f.mtime) if ok else None
+
+
+def _compute(run_dir: Path, command: str):
+    from tsanalysis import cli
+
+    if command == "positions":
+        return cli.positions_tables(run_dir), {"bins": 10, "loss_tokens_only": False}
+    if command == "zero-adv":
+        return cli.zero_adv_tables(run_dir), {}
+    if command == "truncation":
+        return cli.truncation_tables(run_dir), {"top": 30}
+    if command == "mismatch":
+        return cli.mismatch_tables_for_run(run_dir), {"bins": 10, "width": 64, "thresholds": [0.01, 0.1, 1.0],
+                                                      "relative_to": "seed"}
+    raise AssertionError(f"unknown command {command!r}")
+
+
+def _write(out_dir: Path, tables, settings: dict) -> load.ResultFolder:
+    from tsanalysis import io as tio
+
+    tio.write_results(out_dir, tables, settings)
+    return load.ResultFolder(out_dir, json.loads((out_dir / "settings.json").read_text()))
+
+
+def analyse_run(run_dir: Path, results_root: Path, cached: Sequence[load.ResultFolder], *, recompute: bool = False,
+                log: Callable[[str], None] = print) -> dict[str, load.ResultFolder]:
+    """The run's result folders per command: reused when up to date, else computed into results_root/<run>/."""
+    from tsanalysis import io as tio
+
+    run_dir = Path(run_dir)
+    name = tio.run_name(run_dir)
+    out: dict[str, load.ResultFolder] = {}
+    for command in RUN_COMMANDS:
+        if command in ("truncation", "mismatch") and "positions" in out:
+            if int(out["positions"].table("takeover")["seeded_responses"].iloc[0]) == 0:
+                continue   # no seeded responses: no truncation points, no seed tokens
+        hit = None if recompute else _up_to_date(cached, run_dir, command)
+        if hit is not None:
+            log(f"  {name} {command}: up to date ({hit.path})")
+            out[command] = hit
+            continue
+        t0 = time.perf_counter()
+        try:
+            tables, args = _compute(run_dir, command)
+        except tio.RecordsError as e:
+            log(f"  {name} {command}: not computed ({e})")
+            continue
+        selected = [s for s, _ in tio.select_steps(run_dir, None)]
+        settings = {"command": command, "args": {"run_dir": str(run_dir), "steps": None, **args},
+                    "run_dir": str(run_dir.resolve()), "steps": {"range": None, "selected": selected},
+                    "written_by": "figures.make_all"}
+        out[command] = _write(results_root / name / command, tables, settings)
+        log(f"  {name} {command}: computed in {time.perf_counter() - t0:.1f} s → {out[command].path}")
+    return out
+
+
+def ensure_lemma4(folders: Sequence[load.ResultFolder], results_root: Path, *,
+                  log: Callable[[str], None] = print) -> list[load.ResultFolder]:
+    """The folders plus a cached pure Lemma 4 table when none of them holds one."""
+    if any(f.command == "zero-adv" and "lemma4" in f.tables for f in folders):
+        return list(folders)
+    import pandas as pd
+
+    from tsanalysis.cli import lemma4_tables
+
+    table = pd.concat([lemma4_tables(LEMMA4_P, G, simulate=LEMMA4_SIMULATE, seed=0)["lemma4"] for G in LEMMA4_G],
+                      ignore_index=True)
+    settings = {"command": "zero-adv", "args": {"p": LEMMA4_P.tolist(), "G": list(LEMMA4_G),
+                                                "simulate": LEMMA4_SIMULATE, "seed": 0},
+                "written_by": "figures.make_all"}
+    f = _write(results_root / "lemma4" / "zero-adv", {"lemma4": table}, settings)
+    log(f"  lemma4: computed the pure Lemma 4 table → {f.path}")
+    return [*folders, f]
+
+
+# ---- the whole pipeline ----------------------------------------------------------------------------------------
+def make_all(directory: str | Path, *, out: str | Path | None = None, results: str | Path | None = None,
+             selection: dict | None = None, recompute: bool = False, dpi: int = DPI,
+             log: Callable[[str], None] = print) -> dict:
+    """Analyse runs (if any), then draw every figure whose inputs exist. Returns {"written": [paths],
+    "skipped": {figure: reason}, "failed": {figure: error}} (see the module docstring)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"'{directory}' is not a directory (give a run, a folder of runs or a results tree)")
+    sel = dict(selection or {})
+    runs = find_runs(root)
+    results_root = Path(results) if results is not None else (root / "analysis" if runs else root)
+    found: dict[Path, load.ResultFolder] = {}
+    for base in [root, results_root, *(Path("results") / "analysis" / r.name for r in runs)]:
+        found.update({f.path.resolve(): f for f in load.find_results(base)})
+    folders = list(found.values())
+    if runs:
+        log(f"analysing {len(runs)} run(s) under {root} (tables in {results_root}/<run>/<command>/):")
+        chosen: list[load.ResultFolder] = []
+        for run in runs:
+            chosen += analyse_run(run, results_root, folders, recompute=recompute, log=log).values()
+        keys = {str(r.resolve()) for r in runs}
+        folders = [f for f in folders if not (f.run_dir is not None and str(f.run_dir) in keys
+                                              and f.command in RUN_COMMANDS and "lemma4" not in f.tables)] + chosen
+    folders = ensure_lemma4(folders, results_root, log=log)
+
+    out_dir = Path(out) if out is not None else root / "figures"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = {"written": [], "skipped": {}, "failed": {}}
+    explicit = {"fig3_positions": "fig3", "fig4_seeded_positions": "fig4", "fig5_truncation_tokens": "fig5",
+                "lemma4_zero_adv": "lemma4", "mismatch": "mismatch"}
+    log("figures:")
+    for name, draw in FIGURES.items():
+        try:
+            fig = draw(folders, sel, lambda m: log(f"  {m}"))
+        except load.MissingResults as e:
+            if sel.get(explicit.get(name, "")):   # the user asked for a run that is not there
+                report["failed"][name] = str(e)
+            else:
+                report["skipped"][name] = str(e)
+            continue
+        except Exception as e:   # draw the other figures; report this one
+            report["failed"][name] = f"{type(e).__name__}: {e}"
+            continue
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=dpi)
+        report["written"].append(path)
+    for p in report["written"]:
+        log(f"wrote {p}")
+    for name, why in report["skipped"].items():
+        log(f"skipped {name}: {why}")
+    for name, why in report["failed"].items():
+        log(f"FAILED {name}: {why}")
+    return report
+
+
+def parse_mapping(text: str | None, *, flag: str) -> dict[str, str] | None:
+    """'a=RUN_A,b=RUN_B' → {'a': 'RUN_A', 'b': 'RUN_B'}."""
+    if text is None:
+        return None
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"{flag} expects role=RUN pairs separated by commas, got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m figures.make_all", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("directory", metavar="RUN_OR_RESULTS_DIR",
+                    help="a run (runs/<run>), a folder of runs, or a tree of tsanalysis results")
+    ap.add_argument("--out", default=None, help="where the PNGs go (default DIR/figures/)")
+    ap.add_argument("--results", default=None,
+                    help="where computed tables go, as <root>/<run>/<command>/ (default DIR/analysis for runs, else DIR)")
+    ap.add_argument("--fig3", default=None, metavar="onpolicy=RUN,minibatch=RUN",
+                    help="runs of Figure 3's panels (other keys are used as panel labels)")
+    ap.add_argument("--fig4", default=None, metavar="RUN", help="the seeded run of Figure 4")
+    ap.add_argument("--fig5", default=None, metavar="entropy=RUN,ratio=RUN", help="one run per truncation rule")
+    ap.add_argument("--lemma4", default=None, metavar="RUN", help="the run of the observed zero-advantage panel")
+    ap.add_argument("--mismatch", default=None, metavar="RUN", help="the seeded run of the mismatch figure")
+    ap.add_argument("--recompute", action="store_true", help="recompute run analyses even when cached ones are up to date")
+    ap.add_argument("--dpi", type=int, default=DPI)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        sel = {"fig3": parse_mapping(args.fig3, flag="--fig3"), "fig4": args.fig4,
+               "fig5": parse_mapping(args.fig5, flag="--fig5"), "lemma4": args.lemma4, "mismatch": args.mismatch}
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
+    use_headless_backend()
+    try:
+        report = make_all(args.directory, out=args.out, results=args.results, selection=sel,
+                          recompute=args.recompute, dpi=args.dpi)
+    except FileNotFoundError as e:
+        print(f"make_all: error: {e}", file=sys.stderr)
+        return 2
+    return 1 if report["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
