@@ -23,7 +23,7 @@ test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 demo: install
-	$(BIN)/python -m trainer.demo $(if $(QUICK),--quick,)
+	$(BIN)/python -m demo $(if $(QUICK),--quick,)
 
 bench: install
 	$(BIN)/python -m benchmarks.run

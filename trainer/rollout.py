@@ -187,10 +187,7 @@ class RolloutBuilder:
         todo = [i for i in mine if budgets[i] > 0]
         out = {}
         if todo:
-            mine_budgets = [budgets[i] for i in todo]
-            uniform = len(set(mine_budgets)) == 1
-            comps = self.sampler.generate([prompts[i] for i in todo],
-                                          max_new_tokens=mine_budgets[0] if uniform else mine_budgets,
+            comps = self.sampler.generate([prompts[i] for i in todo], max_new_tokens=[budgets[i] for i in todo],
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                           seed=mix_seed(seed, d.rank))
             out.update(zip(todo, comps))

@@ -303,7 +303,10 @@ def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
     it samples from an unsharded copy whose weights are synced from the sharded model every step."""
     from trainer.sampler import make_sampler
     engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
-    return make_sampler(engine_model, tokenizer, engine=cfg.engine), engine_model
+    kw = {"ignore_eos": True} if cfg.ignore_eos else {}
+    if cfg.engine != "hf":
+        kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+    return make_sampler(engine_model, tokenizer, engine=cfg.engine, **kw), engine_model
 
 
 def train(cfg: Config, d: Dist) -> Path:

@@ -1,0 +1,141 @@
+"""Thinking Seeds, LUFFY and M2PO inside the trainer: token accounting, records, and the loss variants."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import TASK_KWARGS
+from trainer.algos import aggregate, token_factor
+from trainer.config import load_config
+from trainer.fsdp import Dist
+from trainer.records import read_rollouts
+from trainer.rollout import Rollout
+from trainer.train import loss_normalizer, token_losses, train
+
+
+def run(tmp_path, **over):
+    base = {"output_dir": str(tmp_path), "run_name": "r", "model": "tiny:1m", "task": "addition",
+            "prompts_per_step": 4, "samples_per_prompt": 4, "max_response_tokens": 16, "micro_batch_size": 64,
+            "total_steps": 4, "progress": False, "save_every": 0, "lr": 1e-3}
+    base.update(over)
+    cfg = load_config(None, [f"{k}={v}" for k, v in base.items()])
+    run_dir = train(cfg, Dist())
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return run_dir, metrics
+
+
+@pytest.mark.parametrize("ratio, T", [(0.5, 4), (0.25, 2)])
+def test_generated_tokens_follow_the_token_factor_exactly(tmp_path, ratio, T):
+    # With EOS ignored every response has exactly L = 16 tokens: the refresh writes T·B·G·L tokens and each later
+    # batch regenerates L - round(L·ratio) tokens per response, so one cycle costs token_factor(ratio, T).
+    L, B, G = 16, 4, 4
+    _, metrics = run(tmp_path, algorithm="seeds", seed_ratio=ratio, seed_refresh_interval=T, ignore_eos=True,
+                     dynamic_sampling=False, total_steps=T, max_response_tokens=L)
+    per_step = [m["tokens/generated"] for m in metrics]
+    assert per_step == [T * B * G * L] + [B * G * (L - round(L * ratio))] * (T - 1)
+    assert metrics[-1]["seeds/token_factor"] == pytest.approx(token_factor(ratio, T), abs=1e-12)
+
+
+def test_seed_records_mark_seeds_cut_tokens_and_behavior(tmp_path):
+    run_dir, metrics = run(tmp_path, algorithm="seeds", seed_ratio=0.5, seed_refresh_interval=4, ignore_eos=True,
+                           dynamic_sampling=False, total_steps=4)
+    rows = read_rollouts(run_dir).to_pylist()
+    first = [r for r in rows if r["step"] == 0]
+    seeded = [r for r in rows if r["step"] > 0]
+    assert all(r["variant"] == "on_policy" and r["seed_len"] == 0 and r["seed_step"] is None for r in first)
+    assert all(r["variant"] == "seed" and r["seed_step"] == 0 and r["seed_len"] == 8 for r in seeded)
+    assert all(r["trunc_rule"] == "ratio" for r in seeded)
+    for r in seeded:
+        beh = r["logp_behavior"]
+        assert len(beh) == len(r["response_ids"]) == 16
+        assert all(math.isfinite(x) for x in beh[:8]) and all(math.isnan(x) for x in beh[8:])
+        assert r["trunc_token_text"] is not None and r["trunc_token_id"] is not None
+    # Independent truncation: within each group the seeds come from different cached responses.
+    for step in (1, 2, 3):
+        for pid in {r["prompt_id"] for r in seeded if r["step"] == step}:
+            seeds = {tuple(r["response_ids"][:8]) for r in seeded if r["step"] == step and r["prompt_id"] == pid}
+            assert len(seeds) > 1
+    # The seed of a row at step j equals the first tokens of a response the policy of step 0 wrote for that prompt.
+    assert {m["seeds/seed_tokens"] for m in metrics[1:]} == {4 * 4 * 8}
+
+
+def test_entropy_rule_cuts_at_top_k_positions(tmp_path):
+    run_dir, _ = run(tmp_path, algorithm="seeds", seed_rule="entropy", seed_topk=3, seed_refresh_interval=2,
+                     ignore_eos=True, dynamic_sampling=False, total_steps=2)
+    rows = read_rollouts(run_dir).to_pylist()
+    step0 = {(r["prompt_id"], tuple(r["response_ids"])): r for r in rows if r["step"] == 0}
+    seeded = [r for r in rows if r["step"] == 1]
+    assert seeded and all(r["trunc_rule"] == "entropy" for r in seeded)
+    assert len({r["seed_len"] for r in seeded}) > 1  # cut positions vary across responses
+    assert all(0 <= r["seed_len"] < 16 for r in seeded)
+
+
+def _row(seed_len, behavior, adv=1.0, L=4):
+    return Rollout(example_idx=0, prompt_id="p", group=0, sample_idx=0, prompt_ids=[1], response_ids=[5] * L,
+                   finish_reason="length", variant="seed", seed_len=seed_len,
+                   behavior_logp=behavior + [math.nan] * (L - len(behavior)), advantage=adv)
+
+
+def test_state_and_state_action_losses_by_hand():
+    # One response of 4 tokens, seed of 2, A = +1. Current and old log-prob log 0.5 everywhere (r = 1 on the
+    # continuation); the cached behavior probability of the two seed tokens is 0.25, so r_seed = 2 -> clipped at 1.28.
+    logp = torch.full((1, 4), math.log(0.5), requires_grad=True)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    rows = [_row(2, [math.log(0.25)] * 2)]
+    # state+action: token-mean over all four tokens of -A * min(r, clip(r)): (-1.28 - 1.28 - 1 - 1) / 4
+    cfg = load_config(None, ["algorithm=seeds", "seed_loss=state+action"])
+    loss_mat, lmask, stats = token_losses(cfg, rows, logp, logp.detach(), mask)
+    loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
+    assert float(loss) == pytest.approx((-1.28 * 2 - 2) / 4, abs=1e-6)
+    assert stats["clipped_high"][0].tolist() == [True, True, False, False]
+    assert stats["ratio"][0, :2].tolist() == pytest.approx([2.0, 2.0])
+    # state: seed tokens leave the loss and the denominator: (-1 - 1) / 2
+    cfg = load_config(None, ["algorithm=seeds", "seed_loss=state"])
+    loss_mat, lmask, _ = token_losses(cfg, rows, logp, logp.detach(), mask)
+    assert lmask[0].tolist() == [False, False, True, True]
+    loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
+    assert float(loss) == pytest.approx(-1.0, abs=1e-6)
+    # Gradient of the state loss touches continuation tokens only: d/dlogp of -A*r/2 = -0.5 there, 0 on seeds.
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.0, 0.0, -0.5, -0.5])
+
+
+def test_state_action_uses_cached_behavior_logprobs_on_seed_tokens():
+    # r on seed tokens is pi_theta / pi_behavior, not pi_theta / pi_old: change the behavior cache, the ratio follows.
+    logp = torch.full((1, 4), math.log(0.5))
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    cfg = load_config(None, ["algorithm=seeds", "seed_loss=state+action", "clip_high=10", "clip_low=0.99"])
+    for p_b in (0.25, 0.4, 0.8):
+        _, _, stats = token_losses(cfg, [_row(3, [math.log(p_b)] * 3)], logp, logp, mask)
+        assert stats["ratio"][0].tolist() == pytest.approx([0.5 / p_b] * 3 + [1.0], rel=1e-6)
+
+
+def test_luffy_run_mixes_one_off_policy_trace_per_group(tmp_path):
+    run_dir, metrics = run(tmp_path, algorithm="luffy", total_steps=2, dynamic_sampling=False, off_policy_key="solution",
+                           max_response_tokens=64,
+                           adv_scale="none", loss_agg="token-sum-norm")
+    rows = read_rollouts(run_dir).to_pylist()
+    for step in (0, 1):
+        for pid in {r["prompt_id"] for r in rows if r["step"] == step}:
+            grp = [r for r in rows if r["step"] == step and r["prompt_id"] == pid]
+            assert [r["variant"] for r in grp].count("luffy_off") == 1 and len(grp) == 4
+            off = next(r for r in grp if r["variant"] == "luffy_off")
+            assert off["reward"] == 1.0  # the task solver's trace is correct
+            mean = sum(r["reward"] for r in grp) / 4
+            assert off["advantage"] == pytest.approx(1.0 - mean, abs=1e-6)  # adv_scale=none: R - group mean
+    assert all(math.isfinite(m["ppo/loss"]) for m in metrics)
+
+
+def test_m2po_trains_on_stale_rollouts(tmp_path, sft_policy_dir):
+    run_dir, metrics = run(tmp_path, algorithm="m2po", m2po_staleness=2, total_steps=4, dynamic_sampling=False,
+                           model=str(sft_policy_dir), task_kwargs=json.dumps(TASK_KWARGS), max_response_tokens=32,
+                           prompts_per_step=8)
+    rows = read_rollouts(run_dir).to_pylist()
+    # Steps 0..2 train on batches written at step 0 (queue warm-up); step 3 on the batch written at step 1.
+    assert [sorted({r["seed_step"] for r in rows if r["step"] == s}) for s in range(4)] == [[0], [0], [0], [1]]
+    assert all(r["variant"] == "stale" and len(r["logp_behavior"]) == len(r["response_ids"]) for r in rows)
+    stale = [r for r in rows if r["step"] == 3]
+    # The policy moved since the batch was written: ratios pi_theta/pi_behavior differ from 1.
+    assert max(abs(x - 1.0) for r in stale for x in r["ratio"]) > 1e-4
