@@ -32,6 +32,29 @@ def _tiny_llama(seed: int = 0, vocab: int = 100) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).eval()
 
 
+def _tiny_qwen(arch: str):
+    """Qwen2 (q/k/v biases) or Qwen3 (per-head q/k RMSNorm), same sizes as the tiny Llama."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
+    torch.manual_seed(0)
+    cfg = config_cls(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    return model_cls(cfg).eval()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _threads():
     # one thread: these models are tiny, and on a shared 2-core machine a second thread mostly waits
@@ -102,8 +125,11 @@ def _chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
 # greedy equivalence
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 @pytest.mark.parametrize("fast", [True, False], ids=["layer-loop", "model-forward"])
-def test_greedy_matches_transformers_generate(model, prompts, fast):
+def test_greedy_matches_transformers_generate(model, prompts, fast, arch):
+    if arch != "llama":
+        model = _tiny_qwen(arch)
     sampler = HFSampler(model, eos_token_id=EOS, pad_token_id=PAD, fast=fast, prefill_tokens=48)
     assert sampler.fast is fast
     out = sampler.generate(prompts, max_new_tokens=24, temperature=0.0)
@@ -234,6 +260,29 @@ def test_any_of_several_eos_ids_stops(model):
     assert out[0] == Completion([6, 7, 8, 9, 10, 11, 12], "stop")
     assert out[1] == Completion(list(range(21, 32)), "stop")
     assert out[2] == Completion(list(range(13, 28)), "length")  # EOS in the prompt does not count
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["layer-loop", "model-forward"])
+def test_per_prompt_budgets(model, prompts, fast):
+    """max_new_tokens may be a list (a seeded continuation fills only what its seed left): each row stops at its
+    own budget, and a budget of k gives the first k tokens of the unlimited generation."""
+    sampler = HFSampler(model, eos_token_id=1000, pad_token_id=PAD, fast=fast)
+    full = sampler.generate(prompts, max_new_tokens=12, temperature=0.0)
+    budgets = [12, 0, 5, 1, 12, 7, 3, 0, 9, 2]
+    out = sampler.generate(prompts, max_new_tokens=budgets, temperature=0.0)
+    for c, f, k in zip(out, full, budgets):
+        assert c == Completion(f.token_ids[:k], "length")
+    chain = HFSampler(_chain_model(), eos_token_id=31, pad_token_id=PAD, fast=fast)
+    out = chain.generate([[5], [20], [3]], max_new_tokens=[3, 20, 0], temperature=1.0, seed=0)
+    assert out == [Completion([6, 7, 8], "length"), Completion(list(range(21, 32)), "stop"), Completion([], "length")]
+    with pytest.raises(ValueError, match="2 budgets for 3 prompts"):
+        chain.generate([[5], [20], [3]], max_new_tokens=[3, 20])
+
+
+def test_ignore_eos_samples_to_the_budget():
+    sampler = HFSampler(_chain_model(), eos_token_id=31, pad_token_id=PAD, ignore_eos=True)
+    (c,) = sampler.generate([[28]], max_new_tokens=6, temperature=0.0)
+    assert c.finish_reason == "length" and len(c.token_ids) == 6 and c.token_ids[:3] == [29, 30, 31]
 
 
 def test_max_new_tokens_zero_and_errors(model):

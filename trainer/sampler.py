@@ -504,14 +504,13 @@ class VLLMSampler:
         ignore_eos: bool = False,
         **llm_kwargs,
     ):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        try:
-            import vllm
-        except ImportError as e:
+        if importlib.util.find_spec("vllm") is None:
             raise ImportError(
                 "VLLMSampler needs vLLM, which is not installed: `pip install thinking-seeds[vllm]` on a machine "
                 "with a CUDA GPU, or use engine='hf'"
-            ) from e
+            )
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: weights reachable
+        import vllm
         if not torch.cuda.is_available():
             raise RuntimeError("VLLMSampler needs a CUDA GPU; use engine='hf' on CPU")
         eos = _eos_list(eos_token_id)

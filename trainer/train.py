@@ -359,8 +359,7 @@ def train(cfg: Config, d: Dist) -> Path:
         bar = tqdm(total=cfg.total_steps, initial=start, desc=cfg.run_name, dynamic_ncols=True)
     for step in range(start, cfg.total_steps):
         t0 = time.perf_counter()
-        if engine_model is not model:
-            _sync_engine(sampler, engine_model, model, d)
+        sync_rollout_weights(sampler, engine_model, model, d)
         gen_before = builder.generated_tokens
         all_rows, kept, metrics = collect_step(builder, cfg, step)
         t_gen = time.perf_counter() - t0
@@ -449,8 +448,11 @@ def _with_tied(model, state: dict) -> dict:
     return full
 
 
-def _sync_engine(sampler, engine_model, model, d: Dist) -> None:
-    engine_model.load_state_dict(full_model_state_dict(model, d))
+def sync_rollout_weights(sampler, engine_model, model, d: Dist) -> None:
+    """Give the rollout engine the current weights: HF on one process shares the module (nothing to copy);
+    HF on several ranks loads the gathered full state dict into its copy; vLLM gets the weights pushed."""
+    if engine_model is not model:
+        engine_model.load_state_dict(full_model_state_dict(model, d))
     sampler.update_weights(engine_model)
 
 
