@@ -1,0 +1,22 @@
+"""Tasks with verifiable rewards for the tiny-model trainer, tests and demo.
+
+Each task module exposes ``make_examples(n, *, seed, **difficulty) -> list[dict]`` (rows with ``id``,
+``prompt``, ``answer``, ``solution`` plus task fields; deterministic in the seed), ``reward(response,
+example) -> float`` (1.0 or 0.0) and ``DIFFICULTY`` (the difficulty keywords and their defaults). The
+``solution`` column is the task's own solver trace: the target of supervised warm-up (``trainer.sft``) and
+LUFFY's off-policy column. ``python -m trainer.tasks.make`` writes a JSONL data file.
+"""
+
+from types import ModuleType
+
+from trainer.tasks import addition, countdown
+
+TASKS: dict[str, ModuleType] = {"addition": addition, "countdown": countdown}
+
+
+def get_task(name: str) -> ModuleType:
+    """The task module called ``name``; a ValueError lists the choices for an unknown name."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(sorted(TASKS))}") from None
