@@ -25,7 +25,7 @@ def overrides(out: Path, policy: Path, **extra) -> list[str]:
     base = {
         "output_dir": str(out), "run_name": "run", "model": str(policy), "task": "addition",
         "task_kwargs": json.dumps(TASK_KWARGS), "prompts_per_step": 8, "samples_per_prompt": 4,
-        "max_response_tokens": 32, "micro_batch_size": 32, "lr": 1e-3, "total_steps": 4, "progress": False,
+        "max_response_tokens": 32, "micro_batch_size": 32, "lr": 1e-4, "total_steps": 4, "progress": False,
         "deterministic": True, "save_every": 0,
     }
     base.update(extra)
@@ -48,12 +48,12 @@ def sampled_accuracy(model_dir: Path, n_prompts: int = 96, samples: int = 4, see
 
 def test_reward_rises_on_addition(tmp_path, sft_policy_dir):
     before = sampled_accuracy(sft_policy_dir)
-    cfg = load_config(None, overrides(tmp_path, sft_policy_dir, total_steps=12, prompts_per_step=16,
-                                      samples_per_prompt=8, lr=2e-3))
+    cfg = load_config(None, overrides(tmp_path, sft_policy_dir, total_steps=16, prompts_per_step=16,
+                                      samples_per_prompt=8, lr=3e-4))
     run = train(cfg, Dist())
-    after = sampled_accuracy(run / "checkpoints" / "step_000011")
+    after = sampled_accuracy(run / "checkpoints" / "step_000015")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 12 and [m["step"] for m in metrics] == list(range(12))
+    assert len(metrics) == 16 and [m["step"] for m in metrics] == list(range(16))
     assert 0.05 < before < 0.9, f"the warm-up policy should be usable but imperfect, got {before:.3f}"
     assert after > before + 0.05, f"sampled accuracy {before:.3f} -> {after:.3f}"
 
@@ -105,7 +105,7 @@ def _strip_times(lines):
 
 @pytest.mark.parametrize("algorithm", ["dapo", "seeds"])
 def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path, sft_policy_dir, algorithm):
-    extra = dict(total_steps=6, save_every=1, algorithm=algorithm, seed_refresh_interval=4)
+    extra = dict(total_steps=5, save_every=1, algorithm=algorithm, seed_refresh_interval=4)
     ref = _run_cli(overrides(tmp_path / "a", sft_policy_dir, **extra))
     out, _ = ref.communicate(timeout=600)
     assert ref.returncode == 0, out
@@ -125,8 +125,8 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path, sft_polic
     a = (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()
     b = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     assert _strip_times(a) == _strip_times(b)
-    wa = load_file(tmp_path / "a" / "run" / "checkpoints" / "step_000005" / "model.safetensors")
-    wb = load_file(tmp_path / "b" / "run" / "checkpoints" / "step_000005" / "model.safetensors")
+    wa = load_file(tmp_path / "a" / "run" / "checkpoints" / "step_000004" / "model.safetensors")
+    wb = load_file(tmp_path / "b" / "run" / "checkpoints" / "step_000004" / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 

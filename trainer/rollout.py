@@ -23,6 +23,7 @@ from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.fsdp import Dist, all_gather_objects
 from trainer.policy import score
 from trainer.rewards import compute_rewards
+from trainer.sampler import Completion
 
 
 @dataclass
@@ -194,7 +195,7 @@ class RolloutBuilder:
         merged = {}
         for part in all_gather_objects(out, d):
             merged.update(part)
-        comps = [merged.get(i) or _EMPTY for i in range(len(prompts))]
+        comps = [merged.get(i) or Completion([], "length") for i in range(len(prompts))]
         self.generated_tokens += sum(len(c.token_ids) for c in comps)
         return comps
 
@@ -245,10 +246,3 @@ class RolloutBuilder:
         self.stale_queue = state["stale_queue"]
         self.generated_tokens = state["generated_tokens"]
 
-
-class _Empty:
-    token_ids: list = []
-    finish_reason = "length"
-
-
-_EMPTY = _Empty()

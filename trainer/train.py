@@ -310,6 +310,8 @@ def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
 
 
 def train(cfg: Config, d: Dist) -> Path:
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # weight loading/saving bars would drown the training progress bar
     torch.manual_seed(cfg.seed)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
