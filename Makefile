@@ -26,6 +26,7 @@ demo: install
 	$(BIN)/python -m demo $(if $(QUICK),--quick,)
 
 bench: install
+	$(BIN)/pip install --quiet "$(TORCH_PIN)" -e ".[bench]"
 	$(BIN)/python -m benchmarks.run
 
 clean:

@@ -1,0 +1,108 @@
+"""Thinking Seeds' cost per step vs on-policy DAPO (DESIGN §2.6): wall-clock and generated tokens.
+
+Two short ``trainer.train`` runs with identical settings except ``algorithm`` (``seeds``: ratio rule 0.5, refresh
+interval T = 8, state+action loss; ``dapo``: on-policy), both with ``ignore_eos=true`` (every response is sampled
+to the budget, so token counts are exact) and ``dynamic_sampling=false`` (no data-dependent extra rounds).
+Each run covers exactly one refresh cycle (T steps, the refresh step included) after a one-step warm-up run in
+the same interpreter (imports, thread pools, allocator); a sample is the mean ``time/step_s`` over the cycle.
+Runs alternate seeds / dapo in fresh interpreters.
+
+Targets: seeded / on-policy seconds per step <= 1.10 while generated tokens grow by
+``token_factor(0.5, 8) = 1 + (1 - ratio)(T - 1)/T = 1.4375``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from benchmarks.common import BenchResult, Check, Side, alternate, call_in_subprocess, ratio
+
+NAME = "seeds_overhead"
+TARGET = 1.10
+
+
+def params_for(ctx) -> dict:
+    if ctx.quick:
+        return {"size": "1m", "prompts": 2, "samples": 2, "max_tokens": 8, "T": 2, "seed_ratio": 0.5}
+    return {"size": "2m", "prompts": 16, "samples": 8, "max_tokens": 32, "T": 8, "seed_ratio": 0.5}
+
+
+def cycle_run(*, algorithm: str, size: str, prompts: int, samples: int, max_tokens: int, T: int,
+              seed_ratio: float) -> dict:
+    """Warm up with a one-step run, then run one refresh cycle (T steps); per-step time and tokens, and the time
+    spent in the no-grad behavior forward of the refresh (``trainer.rollout.score``, wrapped here to time it)."""
+    import time
+
+    import trainer.rollout as R
+    from benchmarks.bench_trainer_vs_trl import ours_run
+
+    score_s = []
+    original = R.score
+
+    def timed_score(*a, **k):
+        t0 = time.perf_counter()
+        out = original(*a, **k)
+        score_s.append(time.perf_counter() - t0)
+        return out
+
+    R.score = timed_score
+    over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
+            "seed_rule": "ratio", "seed_loss": "state+action"}
+    kw = dict(size=size, prompts=prompts, samples=samples, max_tokens=max_tokens, overrides=over)
+    ours_run(steps=1, **kw)   # warm-up (not measured)
+    score_s.clear()
+    out = ours_run(steps=T, **kw)
+    m = out["metrics"]
+    return {"step_s": [x["time/step_s"] for x in m], "gen_s": [x["time/gen_s"] for x in m],
+            "train_s": [x["time/train_s"] for x in m], "generated": [x["tokens/generated"] for x in m],
+            "token_factor": m[-1].get("seeds/token_factor"), "behavior_score_s": sum(score_s)}
+
+
+def run(ctx) -> BenchResult:
+    from trainer.algos import token_factor
+    p = params_for(ctx)
+    factor = token_factor(p["seed_ratio"], p["T"])
+    res = BenchResult(NAME, f"seeded (ratio {p['seed_ratio']}, T {p['T']}) vs on-policy: seconds per step over one "
+                      f"refresh cycle; target <= {TARGET:g}x at {factor:.4g}x generated tokens", params=p)
+    outs: dict[str, list[dict]] = {"seeds": [], "dapo": []}
+
+    def side(alg):
+        def f():
+            kw = {**p, "algorithm": alg}
+            if ctx.isolate:
+                o = call_in_subprocess("benchmarks.bench_seeds_overhead:cycle_run", kw, threads=ctx.threads)
+            else:
+                o = cycle_run(**kw)
+            outs[alg].append(o)
+            return statistics.mean(o["step_s"])
+        return f
+
+    s_seeds, s_dapo = alternate({"seeds": side("seeds"), "dapo": side("dapo")}, units="s/step (cycle mean)",
+                                repeats=ctx.repeats, warmup=0, log=ctx.log)
+    res.sides = [s_seeds, s_dapo]
+    for alg in ("seeds", "dapo"):
+        for k in ("gen_s", "train_s"):
+            res.sides.append(Side(f"{alg} {k} (cycle mean)", "s/step",
+                                  [statistics.mean(o[k]) for o in outs[alg]]))
+    tok_s = sum(outs["seeds"][0]["generated"])
+    tok_d = sum(outs["dapo"][0]["generated"])
+    res.checks.append(Check("seeds / dapo seconds per step", ratio(s_seeds.median, s_dapo.median), "<=", TARGET,
+                            "median of per-run cycle means"))
+    tok_ratio = ratio(tok_s, tok_d)
+    res.checks.append(Check("generated-token ratio: |measured / token_factor - 1|", abs(tok_ratio / factor - 1), "<=",
+                            0.01, f"tokens/generated over the cycle, seeds / dapo = {tok_ratio:.4g}; "
+                            f"token_factor = {factor:.4g}"))
+    first = outs["seeds"][0]
+    score = statistics.median(o["behavior_score_s"] for o in outs["seeds"]) / p["T"]
+    res.info["seeds_behavior_forward_s_per_step"] = score
+    res.info["seeds_over_dapo_without_behavior_forward"] = ratio(s_seeds.median - score, s_dapo.median)
+    res.info.update({"token_ratio_measured": tok_ratio, "token_factor_formula": factor, "tokens_seeds_cycle": tok_s,
+                     "tokens_dapo_cycle": tok_d,
+                     "seeds_token_factor_metric": first["token_factor"],
+                     "seeds_refresh_step_s_median": statistics.median(o["step_s"][0] for o in outs["seeds"]),
+                     "seeds_refresh_gen_s_median": statistics.median(o["gen_s"][0] for o in outs["seeds"]),
+                     "seeds_later_gen_s_median": statistics.median(x for o in outs["seeds"] for x in o["gen_s"][1:]),
+                     "dapo_gen_s_median": statistics.median(x for o in outs["dapo"] for x in o["gen_s"]),
+                     "seeds_later_step_s_median": statistics.median(x for o in outs["seeds"] for x in o["step_s"][1:]),
+                     "dapo_step_s_median": statistics.median(x for o in outs["dapo"] for x in o["step_s"])})
+    return res

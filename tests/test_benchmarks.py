@@ -1,0 +1,109 @@
+"""Smoke test of the benchmarks: every benchmark at a tiny size with one repeat (the numbers mean nothing here).
+
+Checks the result files and their structure, that every measured side has finite positive samples and every
+check a finite positive value (with PASS/MISS decided), and the harness pieces (alternation order, summaries).
+The GPU section is skipped without CUDA; its Qwen2 plumbing runs here at toy size on the CPU.
+"""
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from benchmarks import common
+from benchmarks.run import BENCHMARKS, main
+
+CPU_BENCHMARKS = [n for n in BENCHMARKS if n != "gpu"]
+HAVE_TRL = importlib.util.find_spec("trl") is not None
+pytestmark = pytest.mark.slow   # about a minute: every benchmark runs once at a tiny size
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--quick", "--repeats", "1", "--warmup", "0", "--threads", "1", "--in-process", "--tokens", "2e5",
+            "--out", str(out), "--tmp", str(out)]
+    assert main(argv) == 0
+    return out
+
+
+def test_result_files_exist(results):
+    for name in BENCHMARKS:
+        assert (results / f"{name}.json").is_file(), name
+        assert (results / f"{name}.md").is_file(), name
+    summary = json.loads((results / "results.json").read_text())
+    assert [r["name"] for r in summary["results"]] == list(BENCHMARKS)
+    assert summary["machine"]["usable_cores"] >= 1
+    assert "## Checks" in (results / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("name", CPU_BENCHMARKS)
+def test_benchmark_result_structure(results, name):
+    r = json.loads((results / f"{name}.json").read_text())
+    if name == "trainer_vs_trl" and not HAVE_TRL:
+        assert "pip install" in r["skipped"]
+        return
+    assert r["skipped"] is None, r["skipped"]
+    assert set(r) >= {"name", "description", "params", "sides", "checks", "tables", "info", "load", "elapsed_s"}
+    assert r["load"]["before"]["loadavg"] and r["load"]["after"]["loadavg"]
+    for s in r["sides"]:
+        assert s["n"] == len(s["samples"]) >= 1, s
+        assert all(math.isfinite(x) and x > 0 for x in s["samples"]), s
+        assert s["min"] <= s["median"] <= s["max"], s
+    for c in r["checks"]:
+        assert c["op"] in ("<=", ">=") and isinstance(c["passed"], bool), c
+        assert math.isfinite(c["value"]) and c["value"] >= 0, c
+        assert math.isfinite(c["target"]) and c["target"] > 0, c
+    if name == "scaling":
+        for rows in r["tables"].values():
+            assert rows and all(math.isfinite(v) and v > 0 for row in rows for v in row.values()
+                                if isinstance(v, (int, float))), rows
+    else:
+        assert r["sides"] and r["checks"], name
+        ratios = [c for c in r["checks"] if "RSS" not in c["name"] and "token_factor" not in c["name"]]
+        assert ratios and all(c["value"] > 0 for c in ratios), r["checks"]
+
+
+def test_binning_results_agree(results):
+    info = json.loads((results / "binning.json").read_text())["info"]
+    assert info["results_agree"] is True
+    assert info["synth_tokens"] >= 2e5
+
+
+def test_seeds_token_accounting_is_exact(results):
+    r = json.loads((results / "seeds_overhead.json").read_text())
+    assert r["info"]["token_ratio_measured"] == pytest.approx(r["info"]["token_factor_formula"], abs=1e-12)
+
+
+def test_gpu_section_skips_without_cuda(results):
+    import torch
+    r = json.loads((results / "gpu.json").read_text())
+    if not torch.cuda.is_available():
+        assert r["skipped"] and "CUDA" in r["skipped"]
+
+
+def test_gpu_plumbing_on_cpu_at_toy_size():
+    """The GPU section's children (Qwen2 from a config, patched policy builder) run on the CPU at toy size."""
+    from benchmarks.bench_gpu import cycle_run, rollout_run
+    ro = rollout_run(spec="qwen2-toy", batch=4, prompt_len=5, new_tokens=4, repeats=1, engines=["hf"])
+    assert len(ro["hf"]) == 1 and ro["hf"][0] > 0
+    out = cycle_run(spec="qwen2-toy", algorithm="seeds", engine="hf", prompts=2, samples=2, max_tokens=4, T=2,
+                    seed_ratio=0.5, micro_batch_size=4, device="cpu", dtype="float32")
+    assert out["generated"] == [2 * 2 * 4 * 2, 2 * 2 * 2]   # refresh writes T batches; the seeded step regenerates half
+
+
+def test_alternate_runs_sides_in_turn_and_skips_warmup():
+    calls = []
+    sides = common.alternate({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or [2.0, 4.0]},
+                             units="s", repeats=2, warmup=1)
+    assert calls == ["a", "b"] * 3
+    assert sides[0].samples == [1.0, 1.0] and sides[1].samples == [2.0, 4.0, 2.0, 4.0]
+    assert (sides[1].min, sides[1].median, sides[1].max) == (2.0, 3.0, 4.0)
+
+
+def test_check_and_unknown_benchmark():
+    assert common.Check("x", 0.5, "<=", 0.7).passed and not common.Check("x", 0.8, "<=", 0.7).passed
+    assert common.Check("x", 1.4, ">=", 1.3).passed and not common.Check("x", math.nan, ">=", 1.3).passed
+    with pytest.raises(SystemExit):
+        main(["--only", "no_such_benchmark"])
