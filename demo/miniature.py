@@ -1,0 +1,228 @@
+"""The miniature results table over training seeds: ``python -m demo.miniature --seeds 3 [--out runs/miniature]``.
+
+Trains every method of the table (on-policy DAPO, Thinking Seeds with the ratio and entropy rules and the state
+variant, LUFFY, M2PO) and the two ablations at miniature scale (truncation ratio 0.3/0.5/0.7/0.9 at the main T,
+refresh interval T = 2/4/8 at ratio 0.5) with the full demo's budget (``demo.pipeline.FULL``), once per training
+seed, from ONE shared supervised warm-up (the seeds vary the RL data order, sampling and truncation, not the
+warm-up). Each final checkpoint is scored on the held-out split right after it finishes, so an interrupted
+sweep keeps everything it finished; rerunning skips finished runs and graded problems. Runs go seed by seed
+(every method of seed 0, then seed 1, ...), so a partial sweep fills whole columns first.
+
+At the end (or alone, with ``--write-only``) ``docs/miniature.md`` is written from whatever has been scored:
+per method the mean held-out avg@n over seeds with a 95 % t-interval (Student t over seeds, k − 1 degrees of
+freedom), the per-seed values, the paired difference to on-policy DAPO (same seed: same prompts in the same
+order) with its t-interval, and the measured cost; cells with no finished seed are marked "not run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from demo.pipeline import (FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, evaluate, final_checkpoint,
+                           machine, make_data, prepare_out, read_metrics, run_config, run_finished, run_name,
+                           train_run, warmup)
+
+_BY_NAME = {s.name: s for s in METHODS}
+
+# the table's rows: the main methods, then the ablations (ratio 0.5 / T = main T is seeds_ratio itself)
+TABLE: tuple[RunSpec, ...] = (
+    _BY_NAME["onpolicy"], _BY_NAME["seeds_ratio"], _BY_NAME["seeds_entropy"], _BY_NAME["seeds_state"],
+    _BY_NAME["luffy"], _BY_NAME["m2po"],
+    *(RunSpec(f"seeds_ratio{int(100 * r)}", "mini_seeds_ratio", f"ratio ablation: ratio {r}, T main",
+              _seeded("ratio", r, "state+action", lambda b: b.seed_interval)) for r in (0.3, 0.7, 0.9)),
+    *(RunSpec(f"seeds_T{t}", "mini_seeds_ratio", f"refresh-interval ablation: T {t}, ratio 0.5",
+              _seeded("ratio", 0.5, "state+action", lambda b, t=t: t)) for t in (2, 4)),
+)
+
+
+def label(name: str, b: Budget) -> str:
+    fixed = {"onpolicy": "On-policy (DAPO)", "seeds_ratio": f"Thinking Seeds, ratio 0.5, T {b.seed_interval} (state+action)",
+             "seeds_entropy": f"Thinking Seeds, entropy rule, T {b.seed_interval} (state+action)",
+             "seeds_state": f"Thinking Seeds, ratio 0.5, T {b.seed_interval} (state)", "luffy": "LUFFY", "m2po": "M2PO"}
+    if name in fixed:
+        return fixed[name]
+    if name.startswith("seeds_ratio"):
+        return f"ablation: ratio 0.{name[len('seeds_ratio'):][0]}, T {b.seed_interval}"
+    return f"ablation: T {name[len('seeds_T'):]}, ratio 0.5"
+
+# two-sided 95 % Student t quantiles t_{0.975, df}
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float | None]:
+    """(mean, half-width of the 95 % t-interval over the values); half-width None for fewer than 2 values."""
+    k = len(values)
+    mean = sum(values) / k
+    if k < 2:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    return mean, T975.get(k - 1, 1.96) * sd / math.sqrt(k)
+
+
+def scores(out: Path, task: str) -> dict[str, float]:
+    """{eval folder name: avg@n} of every scored model under out/eval."""
+    from eval.metrics import counts, summarize
+    from eval.samples import read_samples
+
+    res = {}
+    for f in sorted((out / "eval").glob(f"*/{task}.jsonl")):
+        rows = read_samples(f)
+        if rows:
+            _, n, c = counts(rows)
+            res[f.parent.name] = summarize(n, c, ks=[1])["avg"]
+    return res
+
+
+TIMINGS = "timings.json"   # per run: wall and CPU seconds of training, torch threads, load average (this sweep's)
+
+
+def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, log=print) -> None:
+    import torch
+
+    prepare_out(out, budget, fresh=fresh, log=log)
+    tfile = out / TIMINGS
+    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
+    train_file = make_data(out, budget, log=log)
+    warm, _ = warmup(out, budget, log=log)
+    evaluate([("warmup", warm)], budget, out=out, log=log, baseline=None)
+    for seed in range(seeds):
+        for spec in TABLE:
+            cfg = run_config(spec, budget, out=out, seed=seed, model=warm, train_file=train_file)
+            t0 = time.perf_counter()
+            res = train_run(cfg, log=log)
+            if not res["skipped"]:
+                timings[cfg.run_name] = {"wall_s": res["wall_s"], "cpu_s": res["cpu_s"],
+                                         "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
+                tfile.write_text(json.dumps(timings, indent=1) + "\n")
+                log(f"{cfg.run_name}: trained in {time.perf_counter() - t0:.0f} s")
+            evaluate([(cfg.run_name, final_checkpoint(cfg))], budget, out=out, log=log, baseline=None)
+
+
+def render(out: Path, budget: Budget, seeds: int, *, command: str) -> str:
+    b = budget
+    sc = scores(out, b.task)
+    warm_summary = out / "warmup" / "warmup_summary.json"
+    wsum = json.loads(warm_summary.read_text()) if warm_summary.is_file() else {}
+    lines = [
+        "# Miniature results table", "",
+        "The paper's comparison at toy scale on CPU: every method trains the same tiny policy from the same "
+        "supervised warm-up on the embedded `addition` task with the same budget, once per training seed, and is "
+        "scored on the task's held-out split. It exercises the whole pipeline; at this scale the differences "
+        "between methods say little about the paper's claims, and the numbers below are reported as measured.", "",
+        f"Regenerate: `{command}` (resumable: finished runs and graded problems are skipped; "
+        f"`python -m demo.miniature --seeds {seeds} --write-only` rewrites this page from what exists).", "",
+        "## Budget", "",
+        f"- policy: tiny:{b.model_size} (Llama, char tokenizer), supervised warm-up {wsum.get('steps', '?')} steps "
+        f"(batch 64, lr 3e-3, stopped at mean loss <= {b.warmup_stop_loss}; final {wsum.get('loss_last', math.nan):.3f}), "
+        "shared by every run and seed",
+        f"- RL, identical for every run: {b.total_steps} steps x {b.prompts_per_step} prompts x "
+        f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} response tokens, AdamW lr {b.lr:g}, "
+        "dynamic sampling (at most 2 sampling rounds per step); the presets `trainer/configs/mini_*.yaml` for "
+        "everything else",
+        f"- Thinking Seeds: T = {b.seed_interval} unless stated; entropy rule k = 8; LUFFY: 1 solver trace per "
+        "group of 8; M2PO: rollouts 4 steps stale",
+        f"- evaluation: benchmark `{b.task}` of `eval` ({b.eval_limit or 200} held-out problems, none of them in "
+        f"the training pools), avg@{b.eval_n} at temperature 1.0",
+        f"- training seeds: 0..{seeds - 1}; the interval is mean ± t_{{0.975, k-1}} · s / √k over the k seeds "
+        "that finished (Student t; none for k = 1)", "",
+    ]
+    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, label(s.name, b)) for s in TABLE]
+    tfile = out / TIMINGS
+    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
+    base = {seed: sc.get(run_name(_BY_NAME["onpolicy"], seed)) for seed in range(seeds)}
+    lines += ["## Held-out avg@n, %", "",
+              "| method | mean ± 95% t-interval | seeds | per seed | vs on-policy (paired, same seed) | "
+              "train wall s / run | train CPU s / run | tokens generated / run |",
+              "|---|---|---:|---|---|---:|---:|---:|"]
+    for name, title in rows:
+        if name == "warmup":
+            v = sc.get("warmup")
+            cell = "not run" if v is None else f"{100 * v:.1f} (one model)"
+            lines.append(f"| {title} | {cell} | – | – | – | – | – | – |")
+            continue
+        spec = next(s for s in TABLE if s.name == name)
+        vals, diffs, walls, cpus, toks = [], [], [], [], []
+        for seed in range(seeds):
+            rn = run_name(spec, seed)
+            v = sc.get(rn)
+            if v is None:
+                continue
+            vals.append(v)
+            if base.get(seed) is not None and name != "onpolicy":
+                diffs.append(v - base[seed])
+            m = read_metrics(out / "runs" / rn)
+            walls.append(sum(x.get("time/step_s", 0.0) for x in m))
+            if rn in timings:
+                cpus.append(timings[rn]["cpu_s"])
+            toks.append(sum(x.get("tokens/generated", 0) for x in m))
+        if not vals:
+            lines.append(f"| {title} | not run | 0/{seeds} | | | | | |")
+            continue
+        mean, hw = t_interval(vals)
+        cell = f"{100 * mean:.1f}" + ("" if hw is None else f" ± {100 * hw:.1f}")
+        per = ", ".join(f"{100 * v:.1f}" for v in vals)
+        if diffs:
+            dm, dhw = t_interval(diffs)
+            dcell = f"{100 * dm:+.1f}" + ("" if dhw is None else f" ± {100 * dhw:.1f}") + f" (k={len(diffs)})"
+        else:
+            dcell = "–" if name == "onpolicy" else "no paired seed"
+        cpu = f"{sum(cpus) / len(cpus):.0f}" if cpus else ""
+        lines.append(f"| {title} | {cell} | {len(vals)}/{seeds} | {per} | {dcell} | "
+                     f"{sum(walls) / len(walls):.0f} | {cpu} | {sum(toks) / len(toks):.0f} |")
+    runs_done = [p for p in (out / "runs").glob("*/metrics.jsonl")] if (out / "runs").is_dir() else []
+    threads = sorted({t["threads"] for t in timings.values()})
+    loads = [t["load_1min"] for t in timings.values()]
+    lines += ["", "Rows \"ablation: ratio 0.5\" and \"ablation: T {}\" are the Thinking Seeds ratio 0.5 row above.".format(
+              b.seed_interval), "", "## Machine and cost", "",
+              f"{machine(threads=False)}. Training used {', '.join(map(str, threads)) or '?'} torch thread(s); "
+              "train wall s is the sum of the trainer's step times (`time/step_s`), train CPU s the process CPU time "
+              "of the run (with one thread, about the wall time it would take on an idle core)."
+              + (f" The sweep shared the two cores with other jobs (1-minute load average {min(loads):.1f}-"
+                 f"{max(loads):.1f} at the end of the runs), so wall times overstate an idle machine." if loads else ""),
+              "",
+              f"Page written {time.strftime('%Y-%m-%d %H:%M')} from {len(sc)} scored models and "
+              f"{len(runs_done)} run folders under `{out}`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m demo.miniature", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--seeds", type=int, default=3, help="training seeds per method (default 3)")
+    p.add_argument("--out", default="runs/miniature", help="runs, eval results (default runs/miniature)")
+    p.add_argument("--doc", default=str(REPO / "docs" / "miniature.md"), help="the page to write")
+    p.add_argument("--write-only", action="store_true", help="only rewrite the page from what has been scored")
+    p.add_argument("--fresh", action="store_true", help="delete the output folder first")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error("--seeds must be >= 1")
+    out = Path(args.out)
+    command = "python -m demo.miniature --seeds {}{}".format(
+        args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}")
+    if not args.write_only:
+        import torch
+
+        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+        try:
+            sweep(out, FULL, args.seeds, fresh=args.fresh)
+        except DemoError as e:
+            print(f"demo.miniature: error: {e}", file=sys.stderr)
+            return 2
+    page = render(out, FULL, args.seeds, command=command)
+    Path(args.doc).write_text(page)
+    print(page)
+    print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,577 @@
+"""The miniature reproduction, one function per stage, every stage in this process.
+
+    warm-up  -> a tiny model learns the task's solution format (supervised, ``trainer.sft``), stopped at a loss
+                that leaves it usable but imperfect, so RL has something to improve; shared by every run
+    train    -> one ``trainer.train.train`` run per method, all from the warm-up, with matched budgets
+    eval     -> ``eval.run`` on the task's held-out benchmark split: every final checkpoint and the warm-up
+    relay    -> ``tsanalysis.relay``: an early on-policy checkpoint writes half a response, the final one finishes
+    figures  -> ``figures.make_all``: per-position, truncation-token, zero-advantage and mismatch analyses of
+                every run, then Figures 2-5 (+ Lemma 4, mismatch) as PNGs
+    summary  -> a leaderboard per method (eval numbers beside training cost), stage timings, every path written
+
+Each stage skips work whose outputs exist (a finished run, graded problems, up-to-date analyses), so an
+interrupted demo resumes where it stopped; ``fresh=True`` deletes the output folder first. The output folder
+is self-contained: ``runs/`` (one folder per run), ``warmup/`` (the warm-up checkpoint), ``data/`` (the
+decontaminated training pool), ``eval/`` (sample files, leaderboard.md/.csv), ``analysis/`` (tables, relay
+results), ``figures/`` (PNGs), ``summary.md``/``summary.json``.
+
+Everything the miniature changes relative to the paper is in ``Budget`` (sizes) and ``METHODS`` (which preset
+stands for which paper row); the methods themselves are the presets ``trainer/configs/mini_*.yaml``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = REPO / "trainer" / "configs"
+MARKER = "demo.json"          # written in the output folder: the budget it was made with (guards --fresh)
+WARMUP_DATA_SEED = 7919       # the supervised pool (the trainer's own warm-up uses seed + 7919 as well)
+TRAIN_DATA_SEED = 1           # the RL prompt pool; its order is shuffled by each run's seed
+BASELINE = "onpolicy"         # the leaderboard's paired comparisons are against on-policy DAPO
+
+Log = Callable[[str], None]
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run as asked; the message says what to do."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what runs, at which size
+# ------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Budget:
+    """Sizes of one demo. Every RL run gets the same steps, prompts, samples, response budget and learning rate."""
+
+    name: str
+    model_size: str               # trainer.tiny size of the policy
+    warmup_max_steps: int         # supervised steps at most (batch 64, lr 3e-3, cosine)
+    warmup_stop_loss: float       # ... stopped once the mean solution loss of the last 20 steps is at or below this
+    total_steps: int              # RL optimizer steps per run
+    prompts_per_step: int         # B
+    samples_per_prompt: int       # G
+    max_response_tokens: int      # generation budget per response (seed + continuation)
+    lr: float                     # RL learning rate
+    seed_interval: int            # T of the seeded runs (ratio, entropy, state)
+    fig4_interval: int            # T of the Figure 4 run (ratio 0.7)
+    early_every: int              # the on-policy run saves a checkpoint every this many steps; relay's early model is the first
+    eval_n: int                   # samples per held-out problem (avg@n, pass@k for k <= n)
+    eval_limit: int | None        # held-out problems scored (None: the benchmark's whole split)
+    relay_n: int                  # relay samples per problem (relay and final-only each)
+    relay_limit: int | None       # relay problems (None: the whole split)
+    task: str = "addition"        # embedded task (trainer.tasks) and benchmark (eval.benchmarks.tasks) of the same name
+    warmup_pool: int = 20000      # supervised examples generated (test prompts removed)
+    train_pool: int = 4000        # RL prompts generated (test prompts removed)
+
+
+QUICK = Budget(name="quick", model_size="1m", warmup_max_steps=300, warmup_stop_loss=0.15, total_steps=8,
+               prompts_per_step=8, samples_per_prompt=8, max_response_tokens=40, lr=3e-5, seed_interval=4,
+               fig4_interval=4, early_every=2, eval_n=4, eval_limit=48, relay_n=4, relay_limit=32)
+# Full: RL learning rate and batch measured on this task (one seed, 40 steps, held-out avg@8 of the warm-up
+# 25.3 %): lr 6e-5 with 32 prompts +4.7 points [+2.4, +7.0], 3e-5 +3.5; with 16 prompts lr 1e-4 lost 6 points and
+# 3e-4 collapsed to 4 % (a step of parameter norm 0.05 along the policy gradient already halves the accuracy
+# of this tiny policy, while 0.01 raises it: the landscape is sharp, and Adam moves every parameter by ~lr).
+FULL = Budget(name="full", model_size="1m", warmup_max_steps=400, warmup_stop_loss=0.10, total_steps=40,
+              prompts_per_step=32, samples_per_prompt=8, max_response_tokens=48, lr=6e-5, seed_interval=8,
+              fig4_interval=16, early_every=10, eval_n=8, eval_limit=None, relay_n=8, relay_limit=None)
+BUDGETS = {"quick": QUICK, "full": FULL}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One method: the preset it starts from, what it stands for, and overrides that depend on the budget."""
+
+    name: str                                   # run folder and leaderboard row
+    preset: str                                 # trainer/configs/<preset>.yaml
+    paper: str                                  # the paper's row or figure it is the miniature of
+    extra: Callable[[Budget], dict] = field(default=lambda b: {}, compare=False)
+
+
+def _seeded(rule: str, ratio: float, loss: str, interval: Callable[[Budget], int]) -> Callable[[Budget], dict]:
+    return lambda b: {"seed_rule": rule, "seed_ratio": ratio, "seed_loss": loss,
+                      "seed_refresh_interval": interval(b)}
+
+
+METHODS: tuple[RunSpec, ...] = (
+    RunSpec("onpolicy", "mini_onpolicy", "On-policy DAPO (Tables 1-2); Figure 3(a); relay's final model",
+            lambda b: {"save_every": b.early_every, "keep_checkpoints": 0}),
+    RunSpec("onpolicy_minibatch", "mini_onpolicy_minibatch", "On-policy with 4 mini-batch updates per batch (Figure 3b)"),
+    RunSpec("seeds_ratio", "mini_seeds_ratio", "Ours_ratio: ratio 0.5, state+action (Tables 1-2); Figure 5 ratio",
+            _seeded("ratio", 0.5, "state+action", lambda b: b.seed_interval)),
+    RunSpec("seeds_entropy", "mini_seeds_entropy", "Ours_entropy: entropy rule, k 8 (Tables 1-2); Figure 5 entropy",
+            _seeded("entropy", 0.5, "state+action", lambda b: b.seed_interval)),
+    RunSpec("seeds_state", "mini_seeds_state", "state variant: seed tokens masked (Table 2/3)",
+            _seeded("ratio", 0.5, "state", lambda b: b.seed_interval)),
+    RunSpec("seeds_fig4", "mini_seeds_fig4", "Figure 4 run: ratio 0.7, state+action",
+            _seeded("ratio", 0.7, "state+action", lambda b: b.fig4_interval)),
+    RunSpec("luffy", "mini_luffy", "LUFFY: 7 on-policy + 1 solver trace per group (Tables 1-2)"),
+    RunSpec("m2po", "mini_m2po", "M2PO: rollouts 4 steps stale, second-moment mask (Tables 1-2)"),
+)
+
+# which run feeds which figure (figures.make_all would choose the same from the configs; explicit is safer)
+FIGURE_RUNS = {"fig3": {"onpolicy": "onpolicy", "minibatch": "onpolicy_minibatch"}, "fig4": "seeds_fig4",
+               "fig5": {"entropy": "seeds_entropy", "ratio": "seeds_ratio"}, "lemma4": "seeds_fig4",
+               "mismatch": "seeds_fig4"}
+
+
+def run_name(spec: RunSpec, seed: int) -> str:
+    return spec.name if seed == 0 else f"{spec.name}-seed{seed}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# bookkeeping: timings, the output folder
+# ------------------------------------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+
+
+@dataclass
+class Timings:
+    """Wall-clock and CPU seconds per stage (CPU: this process and its children, all threads)."""
+
+    stages: dict = field(default_factory=dict)   # name -> {"wall_s", "cpu_s", "note"}
+
+    @contextlib.contextmanager
+    def stage(self, name: str, log: Log):
+        log(f"\n=== {name} ===")
+        t0, c0 = time.perf_counter(), _cpu_s()
+        entry = {"note": ""}
+        self.stages[name] = entry
+        try:
+            yield entry
+        finally:
+            entry.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - c0)
+
+    def table(self) -> str:
+        lines = ["| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
+        for name, e in self.stages.items():
+            lines.append(f"| {name} | {e.get('wall_s', 0):.1f} | {e.get('cpu_s', 0):.1f} | {e.get('note', '')} |")
+        total_w = sum(e.get("wall_s", 0) for e in self.stages.values())
+        total_c = sum(e.get("cpu_s", 0) for e in self.stages.values())
+        lines.append(f"| **total** | {total_w:.1f} | {total_c:.1f} | |")
+        return "\n".join(lines)
+
+
+def prepare_out(out: Path, budget: Budget, *, fresh: bool, log: Log) -> None:
+    """Create ``out`` (or wipe it with ``fresh``); refuse a folder made with another budget, or not by the demo."""
+    marker = out / MARKER
+    if fresh and out.exists():
+        if any(out.iterdir()) and not marker.is_file():
+            raise DemoError(f"--fresh would delete '{out}', which was not written by the demo (no {MARKER}); "
+                            f"delete it yourself or choose another --out")
+        log(f"--fresh: deleting {out}")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    want = {"budget": asdict(budget)}
+    if marker.is_file():
+        have = json.loads(marker.read_text())
+        if have.get("budget") != want["budget"]:
+            diff = sorted(k for k in want["budget"] if have.get("budget", {}).get(k) != want["budget"][k])
+            raise DemoError(f"'{out}' holds a demo made with another budget (differs in {', '.join(diff)}); "
+                            f"rerun with --fresh to redo it, or choose another --out")
+    elif any(p.name != MARKER for p in out.iterdir()):
+        raise DemoError(f"'{out}' is not empty and was not written by the demo (no {MARKER}); choose another --out")
+    else:
+        marker.write_text(json.dumps(want, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stage 1: data and warm-up
+# ------------------------------------------------------------------------------------------------------------
+def heldout_prompts(task: str) -> set[str]:
+    """Every prompt of the task's held-out benchmark split (the whole split, whatever eval_limit is)."""
+    from eval.benchmarks import get_benchmark
+    return {p.question for p in get_benchmark(task).load()}
+
+
+def make_data(out: Path, budget: Budget, *, log: Log) -> Path:
+    """``out/data/<task>_train.jsonl``: the RL prompt pool, with every held-out test prompt removed."""
+    from trainer.tasks import get_task
+    from trainer.tasks.make import write_jsonl
+
+    path = out / "data" / f"{budget.task}_train.jsonl"
+    if path.is_file():
+        return path
+    held = heldout_prompts(budget.task)
+    rows = [r for r in get_task(budget.task).make_examples(budget.train_pool, seed=TRAIN_DATA_SEED)
+            if r["prompt"] not in held]
+    write_jsonl(rows, path)
+    log(f"RL prompt pool: {len(rows)} of {budget.train_pool} generated rows ({budget.train_pool - len(rows)} "
+        f"held-out test prompts removed) -> {path}")
+    return path
+
+
+def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
+    """The supervised warm-up checkpoint ``out/warmup`` (built once; ``warmup_summary.json`` inside)."""
+    path = out / "warmup"
+    summary_file = path / "warmup_summary.json"
+    if summary_file.is_file():
+        log(f"warm-up checkpoint exists: {path}")
+        return path, json.loads(summary_file.read_text())
+    from trainer.sft import sft
+    from trainer.tasks import get_task
+    from trainer.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
+
+    held = heldout_prompts(budget.task)
+    pool = [r for r in get_task(budget.task).make_examples(budget.warmup_pool, seed=WARMUP_DATA_SEED)
+            if r["prompt"] not in held]
+    tokenizer = build_tokenizer()
+    model = build_model(budget.model_size, tokenizer, seed=0)
+    log(f"tiny:{budget.model_size} ({num_parameters(model) / 1e6:.2f}M parameters), supervised on {len(pool)} "
+        f"{budget.task} solver traces: at most {budget.warmup_max_steps} steps of 64, stop at mean loss "
+        f"<= {budget.warmup_stop_loss}")
+    stats = sft(model, tokenizer, pool, steps=budget.warmup_max_steps, batch_size=64, lr=3e-3, seed=0,
+                stop_loss=budget.warmup_stop_loss, log_every=50, log=lambda m: log(f"  {m}"))
+    summary = {"model_size": budget.model_size, "task": budget.task, "pool": len(pool), "steps": stats["steps"],
+               "max_steps": budget.warmup_max_steps, "stop_loss": budget.warmup_stop_loss,
+               "stopped_early": stats["stopped_early"], "loss_first": stats["loss_first"],
+               "loss_last": stats["loss_last"], "time_s": stats["time_s"]}
+    save_pretrained_atomic(model, tokenizer, path, extra_files={"warmup_summary.json": summary})
+    log(f"warm-up: {stats['steps']} steps, loss {stats['loss_first']:.3f} -> {stats['loss_last']:.3f} -> {path}")
+    return path, summary
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stage 2: training
+# ------------------------------------------------------------------------------------------------------------
+def run_config(spec: RunSpec, budget: Budget, *, out: Path, seed: int, model: Path, train_file: Path,
+               progress: bool = False):
+    """The validated trainer Config of one run: the preset, then the budget, then the method's extras."""
+    from trainer.config import load_config
+
+    over = {"run_name": run_name(spec, seed), "output_dir": str(out / "runs"), "seed": seed,
+            "model": str(model), "sft_steps": 0, "task": budget.task, "task_kwargs": {},
+            "train_file": str(train_file), "total_steps": budget.total_steps,
+            "prompts_per_step": budget.prompts_per_step, "samples_per_prompt": budget.samples_per_prompt,
+            "max_response_tokens": budget.max_response_tokens, "lr": budget.lr, "save_every": 0,
+            "progress": progress, **spec.extra(budget)}
+    return load_config(PRESETS / f"{spec.preset}.yaml", over)
+
+
+_IGNORED = {"progress", "resume"}   # config fields that may differ between a run and its resumption
+
+
+def run_finished(cfg) -> bool:
+    """True when the run folder holds this exact config, every step's metrics and the final checkpoint."""
+    import yaml
+
+    from trainer.checkpoint import checkpoint_dir
+    from trainer.config import to_dict
+
+    run_dir = cfg.run_dir
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        return False
+    have = yaml.safe_load(cfg_file.read_text()) or {}
+    want = to_dict(cfg)
+    diff = sorted(k for k in want if k not in _IGNORED and have.get(k) != want[k])
+    if diff:
+        raise DemoError(f"'{run_dir}' holds a run with other settings ({', '.join(diff)}); rerun with --fresh "
+                        f"or choose another --out")
+    metrics = run_dir / "metrics.jsonl"
+    steps = sum(1 for line in metrics.read_text().splitlines() if line.strip()) if metrics.is_file() else 0
+    return steps == cfg.total_steps and checkpoint_dir(run_dir, cfg.total_steps - 1).is_dir()
+
+
+def train_run(cfg, *, log: Log) -> dict:
+    """Train one run (or resume it from its latest checkpoint); returns {"run_dir", "wall_s", "cpu_s", "skipped"}."""
+    from trainer.checkpoint import list_checkpoints
+    from trainer.fsdp import Dist
+    from trainer.train import train
+
+    run_dir = cfg.run_dir
+    if run_finished(cfg):
+        log(f"{cfg.run_name}: finished run exists, skipped ({run_dir})")
+        return {"run_dir": run_dir, "wall_s": 0.0, "cpu_s": 0.0, "skipped": True}
+    if run_dir.exists() and not list_checkpoints(run_dir):
+        shutil.rmtree(run_dir)   # interrupted before its first checkpoint: start over (metrics would repeat)
+    t0, c0 = time.perf_counter(), _cpu_s()
+    log(f"{cfg.run_name}: {cfg.algorithm}, {cfg.total_steps} steps x {cfg.prompts_per_step} prompts x "
+        f"{cfg.samples_per_prompt} samples, <= {cfg.max_response_tokens} tokens")
+    train(cfg, Dist())
+    res = {"run_dir": run_dir, "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "skipped": False}
+    m = read_metrics(run_dir)
+    log(f"{cfg.run_name}: done in {res['wall_s']:.1f} s; train reward {_mean(m, 'reward/mean', first=True):.3f} "
+        f"(first steps) -> {_mean(m, 'reward/mean'):.3f} (last steps)")
+    return res
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _mean(metrics: list[dict], key: str, *, first: bool = False, k: int = 5) -> float:
+    vals = [m[key] for m in metrics if key in m]
+    vals = vals[:k] if first else vals[-k:]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def final_checkpoint(cfg) -> Path:
+    from trainer.checkpoint import checkpoint_dir
+    return checkpoint_dir(cfg.run_dir, cfg.total_steps - 1)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stage 3: evaluation (the same runner as the real benchmarks)
+# ------------------------------------------------------------------------------------------------------------
+def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, log: Log,
+             baseline: str | None = BASELINE) -> dict:
+    """``python -m eval.run`` in-process on every (name, checkpoint); returns the leaderboard dict.
+
+    Its output (per-benchmark lines, the leaderboard) goes to ``out/eval/eval.log``; the leaderboard is then
+    rewritten with ``baseline`` as the reference of the paired comparisons."""
+    from eval.leaderboard import build_leaderboard, write_leaderboard
+    from eval.run import main as eval_main
+
+    root = out / "eval"
+    root.mkdir(parents=True, exist_ok=True)
+    argv = ["--benchmarks", budget.task, "--n", str(budget.eval_n), "--out", str(root), "--engine", "hf",
+            "--seed", "0", "--no-progress"]
+    if budget.eval_limit is not None:
+        argv += ["--limit", str(budget.eval_limit)]
+    for name, path in models:
+        argv += ["--model", str(path), "--name", name]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = eval_main(argv)
+    (root / "eval.log").write_text("python -m eval.run " + " ".join(argv) + "\n\n" + buf.getvalue())
+    if rc != 0:
+        raise DemoError(f"eval.run exited with {rc}; see {root / 'eval.log'}")
+    reports = [line for line in buf.getvalue().splitlines() if line.startswith(f"{budget.task}:")]
+    for (name, _), line in zip(models, reports):   # eval.run reports one line per model, in --model order
+        log(f"  {name:<20} {line}")
+    board = build_leaderboard(root, baseline=baseline if baseline in {n for n, _ in models} else None)
+    write_leaderboard(board, root)
+    return board
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stage 4: relay inference (Figure 2)
+# ------------------------------------------------------------------------------------------------------------
+def relay(early: Path, final: Path, budget: Budget, *, out: Path, log: Log):
+    """Relay early -> final on the held-out split; tables written under ``out/analysis/relay/<tag>/``."""
+    from tsanalysis import io as tio
+    from tsanalysis.relay import run_relay
+
+    tag = f"{budget.task}-{early.name}-to-{final.name}-cut0.5"
+    tables, rdir, settings = run_relay(early=str(early), final=str(final), benchmark=budget.task, n=budget.relay_n,
+                                       cut=0.5, temperature=1.0, seed=0, limit=budget.relay_limit, engine="hf",
+                                       out=out / "analysis" / "relay" / tag, batch_problems=16,
+                                       log=lambda m: log(f"  {m}"))
+    tio.write_results(rdir, tables, settings)
+    return tables["relay_passk"], rdir
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stage 5: analyses and figures
+# ------------------------------------------------------------------------------------------------------------
+def figures(out: Path, *, log: Log) -> dict:
+    from figures.make_all import make_all
+    from figures.style import use_headless_backend
+
+    use_headless_backend()
+    return make_all(out, selection=FIGURE_RUNS, log=lambda m: log(f"  {m}"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the summary
+# ------------------------------------------------------------------------------------------------------------
+def paired_vs(root: Path, task: str, name: str, base: str) -> dict | None:
+    """Paired bootstrap (over shared problems) of avg@n of ``name`` minus ``base``: {diff, low, high, p_value}."""
+    from eval.metrics import compare
+    from eval.samples import read_samples
+
+    a, b = root / name / f"{task}.jsonl", root / base / f"{task}.jsonl"
+    if not (a.is_file() and b.is_file()):
+        return None
+    return compare(read_samples(a), read_samples(b))
+
+
+def method_table(board: dict, runs: dict[str, dict], *, root: Path, task: str,
+                 warmup_name: str = "warmup") -> list[dict]:
+    """One row per evaluated model: held-out avg@n with its interval, pass@k, the paired difference to the
+    warm-up, and the run's training cost."""
+    entries = {e["model"]: e for e in board["entries"] if e["source"] == "samples"}
+    order = [warmup_name] + [n for n in runs if n in entries] + sorted(set(entries) - set(runs) - {warmup_name})
+    rows = []
+    for name in order:
+        e = entries.get(name)
+        if e is None:
+            continue
+        r = runs.get(name, {})
+        m = read_metrics(r["run_dir"]) if r.get("run_dir") else []
+        rows.append({
+            "method": name, "avg": e["avg"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
+            "problems": e["problems"], "n": e["n"], "pass": e["pass"],
+            "vs_warmup": None if name == warmup_name else paired_vs(root, task, name, warmup_name),
+            "train_reward_first": _mean(m, "reward/mean", first=True) if m else None,
+            "train_reward_last": _mean(m, "reward/mean") if m else None,
+            "generated_tokens": int(sum(x.get("tokens/generated", 0) for x in m)) if m else None,
+            "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m) if m else None,
+            "token_factor": m[-1].get("seeds/token_factor") if m else None,
+        })
+    return rows
+
+
+def _fmt(x, spec=".1f", scale=100.0) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(scale * x, spec)
+
+
+def render_methods(rows: list[dict]) -> str:
+    ks = sorted({k for r in rows for k in r["pass"]})
+    head = ("| method | avg@n % [95% CI] | " + " | ".join(f"pass@{k}" for k in ks)
+            + " | vs warm-up, points [95% CI] | train reward first→last | tokens generated | train wall s |")
+    lines = [head, "|---|---|" + "---:|" * len(ks) + "---:|---|---:|---:|"]
+    for r in rows:
+        reward = ("" if r["train_reward_first"] is None else
+                  f"{r['train_reward_first']:.2f} → {r['train_reward_last']:.2f}")
+        d = r["vs_warmup"]
+        vs = "" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+        lines.append(f"| {r['method']} | {_fmt(r['avg'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] "
+                     f"(P={r['problems']}, n={r['n']}) | "
+                     + " | ".join(_fmt(r["pass"].get(k)) for k in ks)
+                     + f" | {vs} | {reward} | {r['generated_tokens'] if r['generated_tokens'] is not None else ''} | "
+                     + f"{_fmt(r['train_wall_s'], '.0f', 1.0)} |")
+    return "\n".join(lines)
+
+
+def render_relay(passk) -> str:
+    lines = ["| k | early | relay | final | relay − final [95% CI] |", "|---:|---:|---:|---:|---|"]
+    for _, r in passk.iterrows():
+        lines.append(f"| {int(r['k'])} | {_fmt(r['early'])} | {_fmt(r['relay'])} | {_fmt(r['final'])} | "
+                     f"{100 * r['diff']:+.1f} [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}] |")
+    return "\n".join(lines)
+
+
+def machine(*, threads: bool = True) -> str:
+    """The machine in one line (CPU, cores, torch, threads of this process, load average now)."""
+    import torch
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{platform.machine()} ({cpu or 'cpu'}), {os.cpu_count()} CPU cores, torch "
+            f"{torch.__version__}" + (f" with {torch.get_num_threads()} threads" if threads else "")
+            + f", load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (1/5/15 min) when written")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the whole demo
+# ------------------------------------------------------------------------------------------------------------
+def run_demo(budget: Budget, out: str | os.PathLike, *, seeds: int = 1, fresh: bool = False,
+             progress: bool = False, methods: Sequence[RunSpec] = METHODS, log: Log = print) -> dict:
+    """Every stage, in order; returns {"timings", "methods", "relay", "figures", "paths", "summary"}."""
+    out = Path(out)
+    if seeds < 1:
+        raise DemoError(f"--seeds must be >= 1, got {seeds}")
+    prepare_out(out, budget, fresh=fresh, log=log)
+    t = Timings()
+    with t.stage("data + warm-up", log) as st:
+        train_file = make_data(out, budget, log=log)
+        warm, wsum = warmup(out, budget, log=log)
+        st["note"] = f"tiny:{budget.model_size}, {wsum['steps']} supervised steps, final loss {wsum['loss_last']:.3f}"
+
+    cfgs, runs = {}, {}
+    with t.stage("train", log) as st:
+        for seed in range(seeds):
+            for spec in methods:
+                cfg = run_config(spec, budget, out=out, seed=seed, model=warm, train_file=train_file,
+                                 progress=progress)
+                cfgs[cfg.run_name] = cfg
+                runs[cfg.run_name] = train_run(cfg, log=log)
+        done = [r for r in runs.values() if not r["skipped"]]
+        st["note"] = (f"{len(runs)} runs x {budget.total_steps} steps ({len(done)} trained, "
+                      f"{len(runs) - len(done)} cached)")
+        st["runs"] = {n: {"wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "skipped": r["skipped"]} for n, r in runs.items()}
+
+    with t.stage("eval", log) as st:
+        models = [("warmup", warm)] + [(n, final_checkpoint(c)) for n, c in cfgs.items()]
+        board = evaluate(models, budget, out=out, log=log)
+        st["note"] = (f"{len(models)} models x {budget.eval_limit or 'all'} problems x n={budget.eval_n} "
+                      f"(benchmark '{budget.task}')")
+
+    relay_passk, relay_dir = None, None
+    if "onpolicy" in cfgs:
+        with t.stage("relay", log) as st:
+            from trainer.checkpoint import checkpoint_dir
+            early = checkpoint_dir(cfgs["onpolicy"].run_dir, budget.early_every - 1)
+            relay_passk, relay_dir = relay(early, final_checkpoint(cfgs["onpolicy"]), budget, out=out, log=log)
+            st["note"] = (f"{early.name} -> {final_checkpoint(cfgs['onpolicy']).name} of onpolicy, "
+                          f"{budget.relay_limit or 'all'} problems x n={budget.relay_n}")
+
+    with t.stage("analyses + figures", log) as st:
+        report = figures(out, log=log)
+        st["note"] = f"{len(report['written'])} PNGs" + (f", {len(report['failed'])} failed" if report["failed"] else "")
+
+    rows = method_table(board, runs, root=out / "eval", task=budget.task)
+    paths = {
+        "runs": sorted(str(c.run_dir) for c in cfgs.values()),
+        "warm-up checkpoint": str(warm),
+        "eval samples": sorted(str(p) for p in (out / "eval").glob(f"*/{budget.task}.jsonl")),
+        "leaderboard": [str(out / "eval" / "leaderboard.md"), str(out / "eval" / "leaderboard.csv")],
+        "relay": str(relay_dir) if relay_dir else None,
+        "analysis tables": str(out / "analysis"),
+        "figures": [str(p) for p in report["written"]],
+        "summary": [str(out / "summary.md"), str(out / "summary.json")],
+    }
+    summary = render_summary(budget, seeds, out, wsum, rows, relay_passk, report, t, paths)
+    (out / "summary.md").write_text(summary)
+    (out / "summary.json").write_text(json.dumps({
+        "budget": asdict(budget), "seeds": seeds, "warmup": wsum, "methods": rows,
+        "relay_passk": None if relay_passk is None else relay_passk.to_dict(orient="records"),
+        "timings": t.stages, "machine": machine(), "figures_failed": report["failed"], "paths": paths,
+    }, indent=2, default=str) + "\n")
+    log("\n" + summary)
+    if report["failed"]:
+        raise DemoError(f"figures failed: {report['failed']}")
+    return {"timings": t, "methods": rows, "relay": relay_passk, "figures": report, "paths": paths,
+            "summary": summary}
+
+
+def render_summary(budget: Budget, seeds: int, out: Path, wsum: dict, rows: list[dict], relay_passk,
+                   report: dict, t: Timings, paths: dict) -> str:
+    b = budget
+    parts = [
+        f"# Thinking Seeds miniature demo ({b.name})", "",
+        f"Task `{b.task}` (embedded), policy tiny:{b.model_size}, supervised warm-up {wsum['steps']} steps "
+        f"(loss {wsum['loss_last']:.3f}), then RL for every method with the same budget: {b.total_steps} steps x "
+        f"{b.prompts_per_step} prompts x {b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, "
+        f"lr {b.lr:g}; seeded runs T = {b.seed_interval} (Figure 4 run: T = {b.fig4_interval}); "
+        f"training seeds: {seeds}.", "",
+        f"Held-out evaluation: benchmark `{b.task}` of `eval` ({b.eval_limit or 'all'} problems, n = {b.eval_n}, "
+        f"temperature 1.0); intervals are 95 % bootstraps over problems (the difference to the warm-up: paired, "
+        f"over the same problems).", "",
+        "## Leaderboard", "", render_methods(rows), "",
+    ]
+    if relay_passk is not None:
+        parts += ["## Relay (Figure 2): early on-policy checkpoint writes half, final continues", "",
+                  render_relay(relay_passk), ""]
+    parts += ["## Stage timings", "", t.table(), "", f"Machine: {machine()}.", "", "## Written", ""]
+    for k, v in paths.items():
+        if isinstance(v, list):
+            parts.append(f"- {k}:" + "".join(f"\n  - {x}" for x in v))
+        elif v:
+            parts.append(f"- {k}: {v}")
+    if report["skipped"]:
+        parts += ["", "Skipped figures: " + "; ".join(f"{k} ({v})" for k, v in report["skipped"].items())]
+    return "\n".join(parts) + "\n"
