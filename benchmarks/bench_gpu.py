@@ -23,6 +23,7 @@ inside the child process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import statistics
 import sys
@@ -64,8 +65,10 @@ def build_qwen2(spec: str, tokenizer, *, dtype=None, seed: int = 0):
     return model
 
 
-def _patch_trainer(spec: str, max_model_len: int) -> None:
-    """Inside a benchmark child only: build the policy from the config; give vLLM no tokenizer."""
+@contextlib.contextmanager
+def _patched_trainer(spec: str, max_model_len: int):
+    """While open: the trainer builds its policy from the config and gives vLLM no tokenizer (restored on exit,
+    so an in-process caller such as the CPU plumbing test leaves the trainer as it found it)."""
     import trainer.sampler as S
     import trainer.train as TT
     from trainer.tiny import build_tokenizer
@@ -82,8 +85,12 @@ def _patch_trainer(spec: str, max_model_len: int) -> None:
                                  tokenizer=None, max_model_len=max_model_len, **kw)
         return original(model, tokenizer, engine=engine, **kw)
 
-    TT.build_policy = build_policy
-    S.make_sampler = make_sampler
+    saved = TT.build_policy, S.make_sampler
+    TT.build_policy, S.make_sampler = build_policy, make_sampler
+    try:
+        yield
+    finally:
+        TT.build_policy, S.make_sampler = saved
 
 
 # ---------------------------------------------------------------------------------------------- children
@@ -130,12 +137,12 @@ def cycle_run(*, spec: str, algorithm: str, engine: str, prompts: int, samples: 
               seed_ratio: float, micro_batch_size: int, device: str = "auto", dtype: str = "bfloat16") -> dict:
     """2T trainer steps; the second refresh cycle's per-step times (the first is warm-up)."""
     from benchmarks.bench_trainer_vs_trl import ours_run
-    _patch_trainer(spec, max_model_len=64 + max_tokens)
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
             "seed_rule": "ratio", "engine": engine, "dtype": dtype, "micro_batch_size": micro_batch_size,
             "vllm_gpu_memory_utilization": 0.4}
-    out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T,
-                   overrides=over, device=device)
+    with _patched_trainer(spec, max_model_len=64 + max_tokens):
+        out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T,
+                       overrides=over, device=device)
     if not out:   # a non-zero torchrun rank
         return {}
     m = out["metrics"][T:]

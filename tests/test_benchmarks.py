@@ -85,12 +85,17 @@ def test_gpu_section_skips_without_cuda(results):
 
 def test_gpu_plumbing_on_cpu_at_toy_size():
     """The GPU section's children (Qwen2 from a config, patched policy builder) run on the CPU at toy size."""
+    import trainer.sampler
+    import trainer.train
     from benchmarks.bench_gpu import cycle_run, rollout_run
+    before = trainer.train.build_policy, trainer.sampler.make_sampler
     ro = rollout_run(spec="qwen2-toy", batch=4, prompt_len=5, new_tokens=4, repeats=1, engines=["hf"])
     assert len(ro["hf"]) == 1 and ro["hf"][0] > 0
     out = cycle_run(spec="qwen2-toy", algorithm="seeds", engine="hf", prompts=2, samples=2, max_tokens=4, T=2,
                     seed_ratio=0.5, micro_batch_size=4, device="cpu", dtype="float32")
     assert out["generated"] == [2 * 2 * 4 * 2, 2 * 2 * 2]   # refresh writes T batches; the seeded step regenerates half
+    # the patch is scoped: later tests in this process train the tiny Llama they ask for, not the toy Qwen2
+    assert (trainer.train.build_policy, trainer.sampler.make_sampler) == before
 
 
 def test_alternate_runs_sides_in_turn_and_skips_warmup():
