@@ -109,3 +109,37 @@ def test_no_grad_path_and_shape_checks():
         token_logprobs(logits, ids[:, :2])
     with pytest.raises(AssertionError, match=r"\[N, T, V\]"):
         token_entropy(logits[0])
+
+
+@pytest.mark.parametrize("checkpoint_min", [0, 1 << 22])   # every chunk recomputed in backward / none
+def test_gradients_with_and_without_recompute(monkeypatch, checkpoint_min):
+    import trainer.algos.entropy as E
+    monkeypatch.setattr(E, "CHECKPOINT_MIN_ELEMENTS", checkpoint_min)
+    logits, ids = _inputs(seed=4, t=7)
+    w = torch.randn(3, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for strided in (False, True):
+        base = logits.double()
+        if strided:   # a [:, 1:-1]-style slice of a longer output, chunks of whole sequences
+            base = torch.cat([base, base[:, :2]], dim=1)[:, :7]
+            assert not base.is_contiguous()
+        x = base.clone().requires_grad_(True) if not strided else base.detach().requires_grad_(True)
+        logp, ent = logprobs_and_entropy(x, ids, chunk_size=14)
+        ((logp * w).sum() - 0.3 * (ent * w).sum()).backward()
+        x_ref = base.detach().clone().requires_grad_(True)
+        rl, re = _naive(x_ref, ids)
+        ((rl * w).sum() - 0.3 * (re * w).sum()).backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-10, rtol=1e-10)
+
+
+def test_entropy_without_grad_leaves_logp_gradient_unchanged():
+    logits, ids = _inputs(seed=5, t=6)
+    w = torch.randn(3, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    x = logits.double().requires_grad_(True)
+    logp, ent = logprobs_and_entropy(x, ids, chunk_size=4, entropy_grad=False)
+    assert logp.requires_grad and not ent.requires_grad
+    want_logp, want_ent = _naive(logits, ids)
+    torch.testing.assert_close(ent, want_ent, atol=1e-12, rtol=1e-12)
+    (logp * w).sum().backward()
+    x_ref = logits.double().requires_grad_(True)
+    (_naive(x_ref, ids)[0] * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-12, rtol=1e-12)

@@ -90,14 +90,14 @@ def test_positions_streams_and_never_reads_whole_runs(run, tmp_path, monkeypatch
         raise AssertionError("read_rollouts loads a whole run into memory")
 
     seen = []
-    real = trainer.records.iter_rollout_batches
+    real = trainer.records.iter_file_batches
 
     def spy(*a, **k):
         seen.append(k.get("batch_size"))
         return real(*a, **k)
 
     monkeypatch.setattr(trainer.records, "read_rollouts", forbidden)
-    monkeypatch.setattr(trainer.records, "iter_rollout_batches", spy)
+    monkeypatch.setattr(trainer.records, "iter_file_batches", spy)
     for cmd in ("positions", "truncation", "zero-adv", "mismatch"):
         assert main([cmd, str(run), "--out", str(tmp_path / cmd)]) == 0
     assert seen and all(b == tio.BATCH_ROWS for b in seen)

@@ -55,18 +55,24 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *
     return ids.to(device), attn.to(device), pos.to(device), resp_ids.to(device), resp_mask.to(device)
 
 
-def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0):
+def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
+                      entropy_grad: bool = True):
     """Per-token log-probs and entropies of ``responses`` given ``prompts``: ([n, R], [n, R], mask [n, R]).
 
     Logits are divided by the sampling temperature, so the ratio compares the distributions that sampled.
+    ``entropy_grad=False`` returns the entropy without a graph (it is only logged): backward skips it.
     """
     ids, attn, pos, resp_ids, resp_mask = pack(prompts, responses, pad_id=pad_id, device=device)
     R = resp_ids.shape[1]
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=R + 1, use_cache=False)
-    logits = out.logits[:, :-1].float()  # [n, R, V]: position P-1+t predicts response token t
+    P = ids.shape[1] - R
+    # position P-1+t predicts response token t: only those R hidden states go through the LM head, so the
+    # logits come out contiguous [n, R, V] (no slice of a larger tensor, no copy before the chunked log-softmax)
+    keep = torch.arange(P - 1, P + R - 1, device=ids.device)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False)
+    logits = out.logits.float()  # [n, R, V]
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
-    logp, ent = logprobs_and_entropy(logits, resp_ids)
+    logp, ent = logprobs_and_entropy(logits, resp_ids, entropy_grad=entropy_grad)
     return logp, ent, resp_mask
 
 

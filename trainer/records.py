@@ -118,9 +118,15 @@ def iter_rollout_batches(run_dir: str | os.PathLike, *, columns: Sequence[str] |
                          batch_size: int = 4096) -> Iterator[pa.RecordBatch]:
     """Stream record batches over a run's rollout files (bounded memory); ``steps`` is a half-open [a, b)."""
     for _, path in _select(list_steps(run_dir), steps):
-        pf = pq.ParquetFile(path)
-        validate_schema(pf.schema_arrow, str(path), columns)
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
+        yield from iter_file_batches(path, columns=columns, batch_size=batch_size)
+
+
+def iter_file_batches(path: str | os.PathLike, *, columns: Sequence[str] | None = None,
+                      batch_size: int = 4096) -> Iterator[pa.RecordBatch]:
+    """Stream record batches of one rollout file, after checking its schema (errors name the file)."""
+    pf = pq.ParquetFile(path)
+    validate_schema(pf.schema_arrow, str(path), columns)
+    yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
 
 
 def read_rollouts(run_dir: str | os.PathLike, *, columns: Sequence[str] | None = None,

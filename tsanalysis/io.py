@@ -59,10 +59,9 @@ def check_run(run_dir: str | os.PathLike, steps, columns: Sequence[str]) -> list
 
 def iter_batches(run_dir: str | os.PathLike, *, columns: Sequence[str], steps=None,
                  batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, Path, pa.RecordBatch]]:
-    """Yield (step, path, record batch) over the selected files, streaming (``records.iter_rollout_batches``)."""
+    """Yield (step, path, record batch) over the selected files, streaming (``records.iter_file_batches``)."""
     for step, path in check_run(run_dir, steps, columns):
-        for batch in records.iter_rollout_batches(run_dir, columns=columns, steps=(step, step + 1),
-                                                  batch_size=batch_rows):
+        for batch in records.iter_file_batches(path, columns=columns, batch_size=batch_rows):
             yield step, path, batch
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 __all__ = [
     "flatten", "relative_bin_index", "position_bins", "absolute_bins", "PositionBinner", "AbsoluteBinner",
-    "per_1e4", "seed_token_mask",
+    "per_1e4", "seed_token_mask", "seeded_position_keys",
 ]
 
 
@@ -60,6 +60,17 @@ def relative_bin_index(offsets: np.ndarray, *, n_bins: int, lengths: np.ndarray 
         bad = int(np.argmax(L < own))
         raise ValueError(f"normalising length {int(L[bad])} of response {bad} is shorter than its {int(own[bad])} values")
     return (n_bins * t) // L[resp] if t.size else t
+
+
+def seeded_position_keys(offsets: np.ndarray, seed_len: np.ndarray, *, n_bins: int) -> np.ndarray:
+    """One key per flat token: its relative-position bin (normalised by the full length), plus ``n_bins`` for a
+    seed token (t < seed_len). Keys lie in [0, 2 * n_bins): continuation bins first, then seed bins."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    t, resp = _token_index(offsets)
+    if not t.size:
+        return t
+    lens = np.diff(offsets)[resp]
+    return (n_bins * t) // lens + n_bins * (t < np.asarray(seed_len, dtype=np.int64)[resp])
 
 
 def _masked(flat: np.ndarray, idx: np.ndarray, mask) -> tuple[np.ndarray, np.ndarray]:
