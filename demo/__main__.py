@@ -6,29 +6,30 @@ M2PO with matched budgets, evaluates every final checkpoint and the warm-up on t
 ``eval.run``, runs relay inference between an early and the final on-policy checkpoint, computes the analyses
 and draws Figures 2-5, then prints a leaderboard, the stage timings and every path it wrote.
 
-Output: ``runs/demo`` (full, about 20 minutes on 2 idle cores) or ``runs/demo-quick`` (``--quick``: the same
-pipeline at toy size, about 3 minutes), or ``--out DIR``. Stages whose outputs exist are skipped, so a rerun
-resumes; ``--fresh`` deletes the folder first.
+Output: ``runs/demo`` (full: 17 minutes of one core, measured; with 2 idle cores about 1.5x faster) or
+``runs/demo-quick`` (``--quick``, the same pipeline at toy size: 2.6 minutes of one core), or ``--out DIR``.
+Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from demo.pipeline import BUDGETS, DemoError, run_demo
+from demo.pipeline import BUDGETS, DemoError, auto_threads, run_demo
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--quick", action="store_true", help="toy size (about 3 minutes); default output runs/demo-quick")
+    p.add_argument("--quick", action="store_true", help="toy size (under 3 minutes); default output runs/demo-quick")
     p.add_argument("--out", default=None, help="output folder (default runs/demo, or runs/demo-quick with --quick)")
     p.add_argument("--seeds", type=int, default=1,
                    help="training seeds per method (seed 0 feeds the figures; others are named <method>-seed<k>)")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first and redo every stage")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 2 when the cores are idle, else 1; with other jobs on the cores "
+                        "2 threads ran several times slower than 1)")
     p.add_argument("--progress", action="store_true", help="progress bars of the training runs")
     return p
 
@@ -39,14 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ("runs/demo-quick" if args.quick else "runs/demo")
     import torch
 
-    cores = os.cpu_count() or 1
-    torch.set_num_threads(args.threads or cores)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if args.threads is None and cores > 1 and load > cores / 2:
-        # measured here: with other jobs on the cores, 2 torch threads spin-waiting on each other ran the
-        # warm-up several times slower than 1 thread
-        print(f"note: the machine is busy (load average {load:.1f} on {cores} cores); torch threads wait on each "
-              f"other when descheduled, so --threads 1 is usually faster here", file=sys.stderr)
+    if args.threads is not None and args.threads < 1:
+        build_parser().error("--threads must be >= 1")
+    threads, why = (args.threads, "--threads") if args.threads else auto_threads()
+    torch.set_num_threads(threads)
+    print(f"torch threads: {threads} ({why})", flush=True)
     try:
         result = run_demo(budget, out, seeds=args.seeds, fresh=args.fresh, progress=args.progress)
     except DemoError as e:

@@ -22,12 +22,11 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from demo.pipeline import (FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, evaluate, final_checkpoint,
-                           machine, make_data, prepare_out, read_metrics, run_config, run_finished, run_name,
+from demo.pipeline import (FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads, evaluate,
+                           final_checkpoint, machine, make_data, prepare_out, read_metrics, run_config, run_name,
                            train_run, warmup)
 
 _BY_NAME = {s.name: s for s in METHODS}
@@ -201,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", default=str(REPO / "docs" / "miniature.md"), help="the page to write")
     p.add_argument("--write-only", action="store_true", help="only rewrite the page from what has been scored")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 2 when the cores are idle, else 1, as python -m demo)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error("--seeds must be >= 1")
@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write_only:
         import torch
 
-        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+        threads, why = (args.threads, "--threads") if args.threads else auto_threads()
+        torch.set_num_threads(max(1, threads))
+        print(f"torch threads: {threads} ({why})", flush=True)
         try:
             sweep(out, FULL, args.seeds, fresh=args.fresh)
         except DemoError as e:
