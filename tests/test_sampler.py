@@ -400,3 +400,29 @@ def test_vllm_sampler_greedy_seed_and_weight_push(tmp_path, model, prompts):
         m.lm_head.weight[5, :] = 10.0
     s.update_weights(m)
     assert s.generate([[20]], max_new_tokens=3, temperature=0.0)[0].token_ids == [5, 5, 5]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["layer-loop", "model-forward"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_logprobs_match_the_trainer_forward(model, prompts, fast, temperature):
+    """logprobs=True: each sampled token's log-prob and entropy, at the sampling temperature, equal to what the
+    trainer computes with one forward over prompt + response (trainer.policy.response_logprobs)."""
+    from trainer.policy import response_logprobs
+
+    sampler = HFSampler(model, eos_token_id=EOS, pad_token_id=PAD, fast=fast)
+    budgets = [9, 0, 5, 9, 3, 9, 9, 1, 9, 9]
+    out = sampler.generate(prompts, max_new_tokens=budgets, temperature=temperature, seed=3, logprobs=True)
+    plain = sampler.generate(prompts, max_new_tokens=budgets, temperature=temperature, seed=3)
+    assert [c.token_ids for c in out] == [c.token_ids for c in plain]   # asking for log-probs changes no sample
+    rows = [i for i, c in enumerate(out) if c.token_ids]
+    assert out[1].logprobs == [] and out[1].entropies == []
+    with torch.no_grad():
+        logp, ent, mask = response_logprobs(model, [prompts[i] for i in rows], [out[i].token_ids for i in rows],
+                                            pad_id=PAD, device="cpu", temperature=temperature)
+    for k, i in enumerate(rows):
+        n = len(out[i].token_ids)
+        assert len(out[i].logprobs) == len(out[i].entropies) == n
+        torch.testing.assert_close(torch.tensor(out[i].logprobs), logp[k, :n], atol=2e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(out[i].entropies), ent[k, :n], atol=2e-5, rtol=0)
+        assert all(x <= 0 for x in out[i].logprobs) and all(0 <= h <= torch.log(torch.tensor(100.0)) + 1e-5
+                                                             for h in out[i].entropies)

@@ -139,3 +139,42 @@ def test_m2po_trains_on_stale_rollouts(tmp_path, sft_policy_dir):
     stale = [r for r in rows if r["step"] == 3]
     # The policy moved since the batch was written: ratios pi_theta/pi_behavior differ from 1.
     assert max(abs(x - 1.0) for r in stale for x in r["ratio"]) > 1e-4
+
+
+def test_behavior_logprobs_from_the_sampler_match_the_trainer_forward(tmp_path):
+    """behavior_logprobs=sampler takes the seed tokens' behavior log-probs from the sampler instead of a second
+    forward: same samples (same seeds), the same numbers up to float rounding, and no scoring pass."""
+    import trainer.rollout as R
+
+    calls = []
+    real = R.score
+
+    def counting(*a, **k):
+        calls.append(len(a[1]))
+        return real(*a, **k)
+
+    common = dict(algorithm="seeds", seed_ratio=0.5, seed_refresh_interval=2, ignore_eos=True, dynamic_sampling=False,
+                  total_steps=2, lr=0.0)
+    R.score = counting
+    try:
+        run_t, _ = run(tmp_path / "trainer", **common)
+        n_trainer = len(calls)
+        run_s, _ = run(tmp_path / "sampler", behavior_logprobs="sampler", **common)
+    finally:
+        R.score = real
+    assert n_trainer >= 1 and len(calls) == n_trainer, "the sampler mode must not run the behavior forward"
+    a = [r for r in read_rollouts(run_t).to_pylist() if r["step"] == 1]
+    b = [r for r in read_rollouts(run_s).to_pylist() if r["step"] == 1]
+    assert [r["response_ids"] for r in a] == [r["response_ids"] for r in b]
+    beh_a = torch.tensor([r["logp_behavior"][:r["seed_len"]] for r in a])
+    beh_b = torch.tensor([r["logp_behavior"][:r["seed_len"]] for r in b])
+    assert beh_a.shape == (16, 8) and torch.isfinite(beh_a).all()
+    torch.testing.assert_close(beh_b, beh_a, atol=1e-4, rtol=0)
+
+
+def test_behavior_logprobs_setting_is_validated():
+    from trainer.config import ConfigError
+    with pytest.raises(ConfigError, match="behavior_logprobs must be trainer or sampler"):
+        load_config(None, ["behavior_logprobs=engine"])
+    with pytest.raises(ConfigError, match="engine=hf only"):
+        load_config(None, ["behavior_logprobs=sampler", "engine=vllm"])

@@ -89,6 +89,10 @@ class Config:
     seed_topk: int = 32                   # entropy rule: cut at one of the k highest-entropy positions
     seed_loss: str = "state+action"       # state: seed tokens masked out; state+action: seed tokens use r = pi/pi_behavior
     seed_stale_loss: str = "clip"         # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
+    # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
+    # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
+    # sampler = the sampling engine's own logits while it decodes (no extra forward; fp-level mismatch; engine hf)
+    behavior_logprobs: str = "trainer"
     # LUFFY (algorithm=luffy)
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
     luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
@@ -246,6 +250,11 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
     _check(cfg.overlong_buffer_tokens < cfg.max_response_tokens,
            "overlong_buffer_tokens must be smaller than max_response_tokens")
+    _check(cfg.behavior_logprobs in ("trainer", "sampler"),
+           f"behavior_logprobs must be trainer or sampler, got '{cfg.behavior_logprobs}'")
+    _check(cfg.behavior_logprobs == "trainer" or cfg.engine == "hf",
+           f"behavior_logprobs=sampler is implemented for engine=hf only (engine is '{cfg.engine}'); vLLM returns "
+           "log-probs before temperature and no entropy: use behavior_logprobs=trainer with vLLM")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or an existing checkpoint path; '{cfg.resume}' does not exist")
     if cfg.algorithm == "seeds":

@@ -84,19 +84,22 @@ class RolloutBuilder:
             return self._stale(step)
         return self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=0)
 
-    def fresh(self, example_idxs: Sequence[int], step: int, round_: int) -> list[Rollout]:
-        """On-policy groups of G for the given prompts (LUFFY: G - n_off on-policy plus n_off off-policy)."""
+    def fresh(self, example_idxs: Sequence[int], step: int, round_: int, *, behavior: bool = False) -> list[Rollout]:
+        """On-policy groups of G for the given prompts (LUFFY: G - n_off on-policy plus n_off off-policy).
+        ``behavior``: keep the sampler's log-probs of each response as its ``behavior_logp``."""
         cfg = self.cfg
         n_off = cfg.luffy_off_policy_per_group if cfg.algorithm == "luffy" else 0
         g_on = cfg.samples_per_prompt - n_off
         prompts = [self.prompt_ids[i] for i in example_idxs for _ in range(g_on)]
-        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, round_, 1))
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, round_, 1),
+                              logprobs=behavior)
         rows = []
         for k, ex in enumerate(example_idxs):
             group = self._new_group()
             for g in range(g_on):
                 c = comps[k * g_on + g]
-                rows.append(self._row(ex, group, g, c.token_ids, c.finish_reason))
+                rows.append(self._row(ex, group, g, c.token_ids, c.finish_reason,
+                                      behavior_logp=c.logprobs if behavior else None))
             for g in range(g_on, cfg.samples_per_prompt):
                 ids, finish = self._off_policy_trace(ex)
                 rows.append(self._row(ex, group, g, ids, finish, variant="luffy_off"))
@@ -109,10 +112,10 @@ class RolloutBuilder:
         batches = [self.loader.next(B) for _ in range(T)]
         flat = [ex for batch in batches for ex in batch]
         prompts = [self.prompt_ids[ex] for ex in flat for _ in range(G)]
-        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, 0, 2))
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, 0, 2),
+                              logprobs=cfg.behavior_logprobs == "sampler")
         responses = [c.token_ids for c in comps]
-        logp, ent = score(self.model, prompts, responses, pad_id=self.tokenizer.pad_token_id,
-                          micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature)
+        logp, ent = self.behavior(prompts, comps)
         per_batch = B * G
         self.seed_buffer = {
             "step": step,
@@ -169,33 +172,50 @@ class RolloutBuilder:
         cfg = self.cfg
         n_new = cfg.m2po_staleness + 1 if not self.stale_queue else 1
         for _ in range(n_new):
-            rows = self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=100 + len(self.stale_queue))
-            logp, _ = score(self.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
-                            pad_id=self.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size, d=self.d,
-                            temperature=cfg.temperature)
-            for r, lp in zip(rows, logp):
-                r.behavior_logp, r.variant, r.seed_step = lp.tolist(), "stale", step
+            from_sampler = cfg.behavior_logprobs == "sampler"
+            rows = self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=100 + len(self.stale_queue),
+                              behavior=from_sampler)
+            if not from_sampler:
+                logp, _ = score(self.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                                pad_id=self.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size, d=self.d,
+                                temperature=cfg.temperature)
+                for r, lp in zip(rows, logp):
+                    r.behavior_logp = lp.tolist()
+            for r in rows:
+                r.variant, r.seed_step = "stale", step
             self.stale_queue.append(rows)
         rows = self.stale_queue.pop(0)
         self._next_group = max(r.group for r in rows) + 1  # dynamic-sampling groups get fresh ids
         return rows
 
     # --- shared pieces --------------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int):
+    def behavior(self, prompts, comps) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Behavior log-probs and entropies of the completions ``comps`` (config ``behavior_logprobs``): the
+        sampler's own, or one no-grad forward of the trained module."""
+        cfg = self.cfg
+        if cfg.behavior_logprobs == "sampler" and all(c.logprobs is not None for c in comps):
+            return ([torch.tensor(c.logprobs, dtype=torch.float32) for c in comps],
+                    [torch.tensor(c.entropies, dtype=torch.float32) for c in comps])
+        return score(self.model, prompts, [c.token_ids for c in comps], pad_id=self.tokenizer.pad_token_id,
+                     micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature)
+
+    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False):
         """Generate on every rank for a strided shard of the prompts, then gather (order preserved)."""
         d = self.d
         mine = list(range(d.rank, len(prompts), d.world_size))
         todo = [i for i in mine if budgets[i] > 0]
         out = {}
         if todo:
+            kw = {"logprobs": True} if logprobs else {}
             comps = self.sampler.generate([prompts[i] for i in todo], max_new_tokens=[budgets[i] for i in todo],
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                                          seed=mix_seed(seed, d.rank))
+                                          seed=mix_seed(seed, d.rank), **kw)
             out.update(zip(todo, comps))
         merged = {}
         for part in all_gather_objects(out, d):
             merged.update(part)
-        comps = [merged.get(i) or Completion([], "length") for i in range(len(prompts))]
+        empty = [] if logprobs else None
+        comps = [merged.get(i) or Completion([], "length", empty, empty) for i in range(len(prompts))]
         self.generated_tokens += sum(len(c.token_ids) for c in comps)
         return comps
 

@@ -35,6 +35,10 @@ __all__ = ["Completion", "Sampler", "HFSampler", "VLLMSampler", "make_sampler", 
 class Completion:
     token_ids: list[int]  # generated ids; ends with an EOS id when finish_reason == "stop", nothing after it
     finish_reason: str  # "stop" (an EOS id was generated) | "length" (max_new_tokens reached)
+    # with generate(..., logprobs=True): per generated token, log pi(token) and the entropy (nats) of the
+    # distribution it was drawn from, both at the sampling temperature before top-p (what the trainer computes)
+    logprobs: list[float] | None = None
+    entropies: list[float] | None = None
 
 
 class Sampler(Protocol):
@@ -46,6 +50,7 @@ class Sampler(Protocol):
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
     ) -> list[Completion]: ...
 
     def update_weights(self, model: torch.nn.Module) -> None: ...
@@ -107,6 +112,62 @@ def sample_next_token(
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
     choice = torch.multinomial(sorted_probs, 1, generator=generator)  # index into the sorted order
     return sorted_idx.gather(1, choice).squeeze(1)
+
+
+class _DecodeBook:
+    """Decode bookkeeping shared by both HF paths for one chunk of rows: what each row generated, which rows are
+    still alive (no EOS yet, budget left), why each stopped, and optionally every sampled token's log-prob and
+    entropy. ``rows`` maps the current (shrinking) batch to chunk rows."""
+
+    def __init__(self, b: int, max_new: int, limits: torch.Tensor, eos_ids: list[int], pad_id: int, device,
+                 logprobs: bool):
+        self.out = torch.full((b, max_new), pad_id, dtype=torch.long, device=device)
+        self.n_gen = torch.full((b,), max_new, dtype=torch.long, device=device)
+        self.stopped = torch.zeros(b, dtype=torch.bool, device=device)
+        self.rows = torch.arange(b, device=device)
+        self.alive = torch.ones(b, dtype=torch.bool, device=device)
+        self.limits = limits
+        self.eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+        self.logp = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
+        self.ent = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
+
+    def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, gen) -> torch.Tensor:
+        """Sample token t of every current row from ``logits`` [b_cur, V] and record it; returns the tokens."""
+        tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)  # [b_cur]
+        rows, alive = self.rows, self.alive
+        self.out[rows, t] = tok
+        if self.logp is not None:
+            logq = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+            self.logp[rows, t] = logq.gather(1, tok[:, None]).squeeze(1)
+            q = logq.exp()
+            self.ent[rows, t] = -torch.where(q > 0, q * logq, torch.zeros((), device=q.device)).sum(-1)
+        hit = alive & torch.isin(tok, self.eos)
+        full = alive & ~hit & (self.limits[rows] <= t + 1)  # this row's own budget is spent
+        self.n_gen[rows] = torch.where(hit | full, t + 1, self.n_gen[rows])
+        self.stopped[rows] |= hit
+        self.alive = alive & ~(hit | full)
+        return tok
+
+    def any_alive(self) -> bool:
+        return bool(self.alive.any())
+
+    def drop_finished(self) -> torch.Tensor | None:
+        """Once an eighth of the current batch has finished, the indices of the rows to keep (else None)."""
+        b_cur = self.alive.shape[0]
+        n_alive = int(self.alive.sum())
+        if b_cur - n_alive < max(1, b_cur // 8):
+            return None
+        keep = self.alive.nonzero().squeeze(1)
+        self.rows, self.alive = self.rows[keep], self.alive[keep]
+        return keep
+
+    def completions(self) -> list[Completion]:
+        out_l, n_l, stop_l = self.out.tolist(), self.n_gen.tolist(), self.stopped.tolist()
+        lp = self.logp.tolist() if self.logp is not None else None
+        ent = self.ent.tolist() if self.ent is not None else None
+        return [Completion(row[:n], "stop" if s else "length",
+                           None if lp is None else lp[i][:n], None if ent is None else ent[i][:n])
+                for i, (row, n, s) in enumerate(zip(out_l, n_l, stop_l))]
 
 
 def _make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -274,10 +335,13 @@ class HFSampler:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        logprobs: bool = False,
     ) -> list[Completion]:
         _check_generate_args(prompts, max_new_tokens, temperature, top_p)
         budgets = _budgets(prompts, max_new_tokens)
-        results: list[Completion | None] = [Completion([], "length") if m == 0 else None for m in budgets]
+        empty = [] if logprobs else None
+        results: list[Completion | None] = [Completion([], "length", empty, empty) if m == 0 else None
+                                            for m in budgets]
         if all(m == 0 for m in budgets):
             return results  # type: ignore[return-value]
         device = next(self.model.parameters()).device
@@ -293,7 +357,7 @@ class HFSampler:
                     chunk = [list(prompts[i]) for i in idx]
                     limits = torch.tensor([budgets[i] for i in idx], device=device)
                     run = self._generate_fast if self.fast else self._generate_generic
-                    for i, comp in zip(idx, run(chunk, limits, temperature, top_p, gen, device)):
+                    for i, comp in zip(idx, run(chunk, limits, temperature, top_p, gen, device, logprobs)):
                         results[i] = comp
         finally:
             self.model.train(was_training)
@@ -301,11 +365,7 @@ class HFSampler:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _finish(self, out: torch.Tensor, n_gen: torch.Tensor, stopped: torch.Tensor) -> list[Completion]:
-        out_l, n_l, stop_l = out.tolist(), n_gen.tolist(), stopped.tolist()
-        return [Completion(row[:n], "stop" if s else "length") for row, n, s in zip(out_l, n_l, stop_l)]
-
-    def _generate_fast(self, chunk, limits, temperature, top_p, gen, device) -> list[Completion]:
+    def _generate_fast(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
         max_new = int(limits.max())
         model = self.model
         inner = model.model
@@ -366,34 +426,17 @@ class HFSampler:
         cache.length = L
 
         # ---- decode
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
-        out = torch.full((b, max_new), self.pad_token_id, dtype=torch.long, device=device)
-        n_gen = torch.full((b,), max_new, dtype=torch.long, device=device)
-        stopped = torch.zeros(b, dtype=torch.bool, device=device)
-        rows_t = torch.arange(b, device=device)  # buffer row -> chunk row
-        alive = torch.ones(b, dtype=torch.bool, device=device)
+        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = lens_t.clone()  # position id of the next token per buffer row
         for t in range(max_new):
-            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)  # [b_cur]
-            out[rows_t, t] = tok
-            hit = alive & torch.isin(tok, eos)
-            n_gen[rows_t] = torch.where(hit, t + 1, n_gen[rows_t])
-            stopped[rows_t] |= hit
-            full = alive & ~hit & (limits[rows_t] <= t + 1)  # this row's own budget is spent
-            n_gen[rows_t] = torch.where(full, t + 1, n_gen[rows_t])
-            alive &= ~(hit | full)
-            if t == max_new - 1:
+            tok = book.step(t, logits, temperature, top_p, gen)
+            if t == max_new - 1 or not book.any_alive():
                 break
-            n_alive = int(alive.sum())
-            if n_alive == 0:
-                break
-            b_cur = alive.shape[0]
-            if b_cur - n_alive >= max(1, b_cur // 8):  # drop finished rows
-                keep = alive.nonzero().squeeze(1)
+            keep = book.drop_finished()
+            if keep is not None:
                 cache.select_rows(keep)
                 mask_add = mask_add.index_select(0, keep)
-                rows_t, tok, next_pos = rows_t[keep], tok[keep], next_pos[keep]
-                alive = alive[keep]
+                tok, next_pos = tok[keep], next_pos[keep]
             if cache.length + 1 > cache.capacity:
                 new_cap = min(total, 2 * cache.capacity)
                 cache.grow(new_cap)
@@ -410,9 +453,9 @@ class HFSampler:
             cache.length += 1
             next_pos = next_pos + 1
             logits = model.lm_head(inner.norm(h[:, -1])).float()
-        return self._finish(out, n_gen, stopped)
+        return book.completions()
 
-    def _generate_generic(self, chunk, limits, temperature, top_p, gen, device) -> list[Completion]:
+    def _generate_generic(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
         """Any causal LM: model.forward with a DynamicCache, left padding and explicit position ids."""
         max_new = int(limits.max())
         from transformers import DynamicCache
@@ -434,33 +477,17 @@ class HFSampler:
         o = model(input_ids=ids, attention_mask=am[:, :L], position_ids=pos, use_cache=True, **ckw, **extra)
         logits = o.logits[:, -1].float()
 
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
-        out = torch.full((b, max_new), self.pad_token_id, dtype=torch.long, device=device)
-        n_gen = torch.full((b,), max_new, dtype=torch.long, device=device)
-        stopped = torch.zeros(b, dtype=torch.bool, device=device)
-        rows_t = torch.arange(b, device=device)
-        alive = torch.ones(b, dtype=torch.bool, device=device)
+        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = pos[:, -1] + 1
         for t in range(max_new):
-            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)
-            out[rows_t, t] = tok
-            hit = alive & torch.isin(tok, eos)
-            n_gen[rows_t] = torch.where(hit, t + 1, n_gen[rows_t])
-            stopped[rows_t] |= hit
-            full = alive & ~hit & (limits[rows_t] <= t + 1)  # this row's own budget is spent
-            n_gen[rows_t] = torch.where(full, t + 1, n_gen[rows_t])
-            alive &= ~(hit | full)
-            if t == max_new - 1:
+            tok = book.step(t, logits, temperature, top_p, gen)
+            if t == max_new - 1 or not book.any_alive():
                 break
-            n_alive = int(alive.sum())
-            if n_alive == 0:
-                break
-            b_cur = alive.shape[0]
-            if b_cur - n_alive >= max(1, b_cur // 8):
-                keep = alive.nonzero().squeeze(1)
+            keep = book.drop_finished()
+            if keep is not None:
                 cache.batch_select_indices(keep)
                 am = am.index_select(0, keep)
-                rows_t, tok, next_pos, alive = rows_t[keep], tok[keep], next_pos[keep], alive[keep]
+                tok, next_pos = tok[keep], next_pos[keep]
             o = model(
                 input_ids=tok[:, None],
                 attention_mask=am[:, : L + t + 1],
@@ -471,7 +498,7 @@ class HFSampler:
             )
             next_pos = next_pos + 1
             logits = o.logits[:, -1].float()
-        return self._finish(out, n_gen, stopped)
+        return book.completions()
 
 
 # --------------------------------------------------------------------------------------------------------------
