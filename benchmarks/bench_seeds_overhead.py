@@ -5,7 +5,9 @@ interval T = 8, state+action loss; ``dapo``: on-policy), both with ``ignore_eos=
 to the budget, so token counts are exact) and ``dynamic_sampling=false`` (no data-dependent extra rounds).
 Each run covers exactly one refresh cycle (T steps, the refresh step included) after a one-step warm-up run in
 the same interpreter (imports, thread pools, allocator); a sample is the mean ``time/step_s`` over the cycle.
-Runs alternate seeds / dapo in fresh interpreters.
+Runs alternate seeds / seeds with ``behavior_logprobs=sampler`` / dapo in fresh interpreters: the default seeded
+side scores the refresh's cached batches with one no-grad trainer forward (exact, DESIGN §2.1); the second takes
+the behavior log-probs and entropies from the sampler while it decodes (no extra forward).
 
 Targets: seeded / on-policy seconds per step <= 1.10 while generated tokens grow by
 ``token_factor(0.5, 8) = 1 + (1 - ratio)(T - 1)/T = 1.4375``.
@@ -28,7 +30,7 @@ def params_for(ctx) -> dict:
 
 
 def cycle_run(*, algorithm: str, size: str, prompts: int, samples: int, max_tokens: int, T: int,
-              seed_ratio: float) -> dict:
+              seed_ratio: float, behavior_logprobs: str = "trainer") -> dict:
     """Warm up with a one-step run, then run one refresh cycle (T steps); per-step time and tokens, and the time
     spent in the no-grad behavior forward of the refresh (``trainer.rollout.score``, wrapped here to time it)."""
     import time
@@ -47,7 +49,7 @@ def cycle_run(*, algorithm: str, size: str, prompts: int, samples: int, max_toke
 
     R.score = timed_score
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
-            "seed_rule": "ratio", "seed_loss": "state+action"}
+            "seed_rule": "ratio", "seed_loss": "state+action", "behavior_logprobs": behavior_logprobs}
     kw = dict(size=size, prompts=prompts, samples=samples, max_tokens=max_tokens, overrides=over)
     ours_run(steps=1, **kw)   # warm-up (not measured)
     score_s.clear()
@@ -64,30 +66,36 @@ def run(ctx) -> BenchResult:
     factor = token_factor(p["seed_ratio"], p["T"])
     res = BenchResult(NAME, f"seeded (ratio {p['seed_ratio']}, T {p['T']}) vs on-policy: seconds per step over one "
                       f"refresh cycle; target <= {TARGET:g}x at {factor:.4g}x generated tokens", params=p)
-    outs: dict[str, list[dict]] = {"seeds": [], "dapo": []}
+    outs: dict[str, list[dict]] = {"seeds": [], "seeds_sampler_logprobs": [], "dapo": []}
 
-    def side(alg):
+    def side(name, alg, behavior="trainer"):
         def f():
-            kw = {**p, "algorithm": alg}
+            kw = {**p, "algorithm": alg, "behavior_logprobs": behavior}
             if ctx.isolate:
                 o = call_in_subprocess("benchmarks.bench_seeds_overhead:cycle_run", kw, threads=ctx.threads)
             else:
                 o = cycle_run(**kw)
-            outs[alg].append(o)
+            outs[name].append(o)
             return statistics.mean(o["step_s"])
         return f
 
-    s_seeds, s_dapo = alternate({"seeds": side("seeds"), "dapo": side("dapo")}, units="s/step (cycle mean)",
-                                repeats=ctx.repeats, warmup=0, log=ctx.log)
-    res.sides = [s_seeds, s_dapo]
-    for alg in ("seeds", "dapo"):
+    s_seeds, s_sampler, s_dapo = alternate(
+        {"seeds": side("seeds", "seeds"),
+         "seeds, behavior_logprobs=sampler": side("seeds_sampler_logprobs", "seeds", "sampler"),
+         "dapo": side("dapo", "dapo")},
+        units="s/step (cycle mean)", repeats=ctx.repeats, warmup=0, log=ctx.log)
+    res.sides = [s_seeds, s_sampler, s_dapo]
+    for alg in ("seeds", "seeds_sampler_logprobs", "dapo"):
         for k in ("gen_s", "train_s"):
             res.sides.append(Side(f"{alg} {k} (cycle mean)", "s/step",
                                   [statistics.mean(o[k]) for o in outs[alg]]))
     tok_s = sum(outs["seeds"][0]["generated"])
     tok_d = sum(outs["dapo"][0]["generated"])
     res.checks.append(Check("seeds / dapo seconds per step", ratio(s_seeds.median, s_dapo.median), "<=", TARGET,
-                            "median of per-run cycle means"))
+                            "median of per-run cycle means; behavior log-probs from a trainer forward (default)"))
+    res.checks.append(Check("seeds (behavior_logprobs=sampler) / dapo seconds per step",
+                            ratio(s_sampler.median, s_dapo.median), "<=", TARGET,
+                            "median of per-run cycle means; behavior log-probs from the sampler, no extra forward"))
     tok_ratio = ratio(tok_s, tok_d)
     res.checks.append(Check("generated-token ratio: |measured / token_factor - 1|", abs(tok_ratio / factor - 1), "<=",
                             0.01, f"tokens/generated over the cycle, seeds / dapo = {tok_ratio:.4g}; "

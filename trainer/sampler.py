@@ -133,14 +133,19 @@ class _DecodeBook:
 
     def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, gen) -> torch.Tensor:
         """Sample token t of every current row from ``logits`` [b_cur, V] and record it; returns the tokens."""
-        tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)  # [b_cur]
         rows, alive = self.rows, self.alive
+        if self.logp is not None and temperature > 0 and top_p >= 1.0:
+            # sample_next_token's own arithmetic (same draws), keeping the probabilities it sampled from
+            probs = torch.softmax(logits / temperature, dim=-1)
+            tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        else:
+            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)  # [b_cur]
+            probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1) \
+                if self.logp is not None else None
         self.out[rows, t] = tok
-        if self.logp is not None:
-            logq = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-            self.logp[rows, t] = logq.gather(1, tok[:, None]).squeeze(1)
-            q = logq.exp()
-            self.ent[rows, t] = -torch.where(q > 0, q * logq, torch.zeros((), device=q.device)).sum(-1)
+        if probs is not None:   # log pi(token) and the entropy -sum p log p (entr(0) = 0), at the temperature
+            self.logp[rows, t] = probs.gather(1, tok[:, None]).squeeze(1).log()
+            self.ent[rows, t] = torch.special.entr(probs).sum(-1)
         hit = alive & torch.isin(tok, self.eos)
         full = alive & ~hit & (self.limits[rows] <= t + 1)  # this row's own budget is spent
         self.n_gen[rows] = torch.where(hit | full, t + 1, self.n_gen[rows])
@@ -237,6 +242,95 @@ class _StaticKV:
 
         self.k = [_grow(t) for t in self.k]
         self.v = [_grow(t) for t in self.v]
+
+
+def _rms_norm(norm: torch.nn.Module):
+    """The module as fused ``F.rms_norm`` calls when it is the standard Llama/Qwen RMSNorm (normalise in float32,
+    cast back, scale by ``weight``: the module's own arithmetic), else the module itself."""
+    w, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
+    if type(norm).__name__ not in _STANDARD_RMSNORMS or not isinstance(w, torch.Tensor) or eps is None:
+        return norm
+    shape, F = (w.shape[-1],), torch.nn.functional
+    if w.dtype == torch.float32:
+        return lambda x: F.rms_norm(x, shape, w, eps) if x.dtype == torch.float32 else norm(x)
+    return lambda x: w * F.rms_norm(x.float(), shape, None, eps).to(x.dtype)
+
+
+_STANDARD_RMSNORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class _DecodeLayer:
+    """One Llama-family decoder layer for a single-token decode step, with the layer's own weights and norms.
+
+    The same arithmetic as the layer's ``forward`` (RMSNorm, q/k/v projections, Qwen3's per-head q/k norms,
+    rotary embedding, attention over the cache, o projection, gated MLP), written for one query per row: q, k and
+    v come from one GEMM (and gate and up from one) when the model is small enough that the concatenated copies
+    are cheap, and attention is two batched matmuls and a softmax, which on CPU beat the fused SDPA kernel at
+    one query. Built per ``generate`` call, so it always reads the weights the module holds then."""
+
+    FUSE_MAX_PARAMS = 1 << 28   # above ~268M parameters the GEMMs are big enough; skip the weight copies
+
+    def __init__(self, layer, *, fuse: bool):
+        a, m = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = _rms_norm(layer.input_layernorm), _rms_norm(layer.post_attention_layernorm)
+        self.q_norm = _rms_norm(a.q_norm) if getattr(a, "q_norm", None) is not None else None
+        self.k_norm = _rms_norm(a.k_norm) if getattr(a, "k_norm", None) is not None else None
+        self.head_dim, self.scaling, self.layer_idx = a.head_dim, a.scaling, a.layer_idx
+        self.nq = a.q_proj.weight.shape[0] // a.head_dim
+        self.nkv = a.k_proj.weight.shape[0] // a.head_dim
+        self.a, self.m, self.act = a, m, m.act_fn
+        self.qkv = self.gate_up = None
+        if fuse:
+            def cat(mods, attr):
+                parts = [getattr(x, attr) for x in mods]
+                return None if parts[0] is None else torch.cat(parts, dim=0)
+            proj = (a.q_proj, a.k_proj, a.v_proj)
+            self.qkv = (cat(proj, "weight"), cat(proj, "bias"))
+            self.gate_up = (cat((m.gate_proj, m.up_proj), "weight"), cat((m.gate_proj, m.up_proj), "bias"))
+
+    @staticmethod
+    def supports(layer) -> bool:
+        a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        need_a = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "layer_idx")
+        return (a is not None and m is not None and all(hasattr(a, n) for n in need_a)
+                and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn"))
+                and hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm"))
+
+    def __call__(self, h, cos, sin, cache: "_StaticKV", mask_add) -> torch.Tensor:
+        # h [b, 1, H]; cos/sin [b, 1, head_dim]; mask_add [b, 1, 1, S] over the S = cache.length + 1 slots
+        b, d, F = h.shape[0], self.head_dim, torch.nn.functional
+        x = self.ln1(h)
+        if self.qkv is not None:
+            qkv = F.linear(x, *self.qkv)
+            q, k, v = qkv.split([self.nq * d, self.nkv * d, self.nkv * d], dim=-1)
+        else:
+            q, k, v = self.a.q_proj(x), self.a.k_proj(x), self.a.v_proj(x)
+        q, k, v = q.view(b, self.nq, d), k.view(b, self.nkv, d), v.view(b, self.nkv, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin        # cos/sin [b, 1, d] broadcast over heads
+        k = k * cos + _rotate_half(k) * sin
+        n = cache.length
+        kc, vc = cache.k[self.layer_idx], cache.v[self.layer_idx]   # [b, n_kv, cap, d]
+        kc[:, :, n] = k
+        vc[:, :, n] = v
+        K, V = kc[:, :, : n + 1], vc[:, :, : n + 1]
+        g = self.nq // self.nkv                     # grouped-query attention: g query heads per kv head
+        qg = q.view(b, self.nkv, g, d)
+        scores = torch.matmul(qg, K.transpose(-1, -2)).float() * self.scaling + mask_add.float()  # [b, n_kv, g, S]
+        o = torch.matmul(torch.softmax(scores, dim=-1).to(V.dtype), V)                           # [b, n_kv, g, d]
+        h = h + self.a.o_proj(o.reshape(b, 1, self.nq * d))
+        x = self.ln2(h)
+        if self.gate_up is not None:
+            gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = self.m.gate_proj(x), self.m.up_proj(x)
+        return h + self.m.down_proj(self.act(gate) * up)
 
 
 def fast_path_unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -426,6 +520,11 @@ class HFSampler:
         cache.length = L
 
         # ---- decode
+        decode_layers = None
+        if all(_DecodeLayer.supports(layer) for layer in inner.layers):
+            fuse = sum(p.numel() for p in model.parameters()) <= _DecodeLayer.FUSE_MAX_PARAMS
+            decode_layers = [_DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
+        final_norm = _rms_norm(inner.norm) if decode_layers is not None else inner.norm
         book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = lens_t.clone()  # position id of the next token per buffer row
         for t in range(max_new):
@@ -444,15 +543,19 @@ class HFSampler:
                     [mask_add, mask_add.new_zeros(mask_add.shape[0], 1, 1, new_cap - mask_add.shape[-1])], dim=-1
                 )
             h = inner.embed_tokens(tok[:, None])
-            pe = (cos_t[next_pos][:, None], sin_t[next_pos][:, None])
+            cos, sin = cos_t[next_pos][:, None], sin_t[next_pos][:, None]   # [b, 1, head_dim]
             m = mask_add[..., : cache.length + 1]
-            for layer in inner.layers:
-                h = layer(h, attention_mask=m, position_embeddings=pe, **ckw)
-                if isinstance(h, tuple):
-                    h = h[0]
+            if decode_layers is not None:
+                for dl in decode_layers:
+                    h = dl(h, cos, sin, cache, m)
+            else:
+                for layer in inner.layers:
+                    h = layer(h, attention_mask=m, position_embeddings=(cos, sin), **ckw)
+                    if isinstance(h, tuple):
+                        h = h[0]
             cache.length += 1
             next_pos = next_pos + 1
-            logits = model.lm_head(inner.norm(h[:, -1])).float()
+            logits = model.lm_head(final_norm(h[:, -1])).float()
         return book.completions()
 
     def _generate_generic(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
