@@ -2,7 +2,9 @@
 mismatch along the seed (beyond the paper; Proposition 2).
 
 Figure 4 input: the ``bins`` table of ``tsanalysis positions`` on a Thinking Seeds run (positions normalised by
-the final length; series ``seed`` = tokens t < seed_len, ``continuation`` = the rest, ``all`` = both) and its
+the final length; series ``seed`` = tokens t < seed_len and ``seeded_continuation`` = the rest, over seeded
+responses only, ``seeded`` = both; tables written before those series existed fall back to ``continuation`` and
+``all``, which also hold the refresh steps' unseeded responses) and its
 ``takeover`` table (takeover point = seed_len / final length over seeded responses). Seed and continuation are
 told apart by colour and marker; the takeover point is a vertical line at its mean with a ±1 s.d. band.
 Clipping rates are per 10^4 loss tokens *of that series in that bin*.
@@ -40,11 +42,13 @@ def plot_seeded_positions(bins: pd.DataFrame, takeover: pd.DataFrame | None = No
     with figure_style():
         fig, axes = new_figure(1, 2, figsize=(10.0, 3.9))
         ax_e, ax_c = axes[0]
-        d_all = _series(bins, "all")
-        ax_e.plot(bin_centers(d_all), d_all["entropy_mean"].to_numpy(float), color=SERIES_COLORS["all"],
-                  linewidth=1.0, linestyle=":", label=SERIES_LABELS["all"])
+        seeded_only = bool((bins["series"] == "seeded_continuation").any())
+        whole, cont = ("seeded", "seeded_continuation") if seeded_only else ("all", "continuation")
+        d_all = _series(bins, whole)
+        ax_e.plot(bin_centers(d_all), d_all["entropy_mean"].to_numpy(float), color=SERIES_COLORS[whole],
+                  linewidth=1.0, linestyle=":", label=SERIES_LABELS[whole])
         w = float(np.min(d_all["pos_hi"].to_numpy(float) - d_all["pos_lo"].to_numpy(float)))
-        for series, off in (("seed", -0.2 * w), ("continuation", 0.2 * w)):
+        for series, off in (("seed", -0.2 * w), (cont, 0.2 * w)):
             d = _series(bins, series)
             c = SERIES_COLORS[series]
             ax_e.plot(bin_centers(d), d["entropy_mean"].to_numpy(float), color=c, marker=SERIES_MARKERS[series],

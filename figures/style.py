@@ -47,9 +47,11 @@ RC = {
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 # token series along the sequence (Figures 3 and 4)
-SERIES_COLORS = {"all": "#555555", "seed": "#D55E00", "continuation": "#0072B2"}
-SERIES_MARKERS = {"all": "", "seed": "s", "continuation": "o"}
-SERIES_LABELS = {"all": "all tokens", "seed": "seed tokens", "continuation": "continuation tokens"}
+SERIES_COLORS = {"all": "#555555", "seed": "#D55E00", "continuation": "#0072B2",
+                 "seeded": "#555555", "seeded_continuation": "#0072B2"}
+SERIES_MARKERS = {"all": "", "seed": "s", "continuation": "o", "seeded": "", "seeded_continuation": "o"}
+SERIES_LABELS = {"all": "all tokens", "seed": "seed tokens", "continuation": "continuation tokens",
+                 "seeded": "all tokens of seeded responses", "seeded_continuation": "continuation tokens"}
 # which side of the clip was active
 CLIP_COLORS = {"low": "#56B4E9", "high": "#CC79A7"}
 ENTROPY_COLOR = "#009E73"

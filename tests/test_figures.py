@@ -199,8 +199,9 @@ def test_plot_seeded_positions_separates_seed_and_continuation(tables, tmp_path)
     fig = plot_seeded_positions(bins, takeover)
     assert len(fig.axes) == 2
     ax_e, ax_c = fig.axes
-    for series, label, marker in (("seed", "seed tokens", "s"), ("continuation", "continuation tokens", "o"),
-                                  ("all", "all tokens", "None")):
+    # continuation and the dotted whole-response line are over seeded responses only (no refresh-step rows)
+    for series, label, marker in (("seed", "seed tokens", "s"), ("seeded_continuation", "continuation tokens", "o"),
+                                  ("seeded", "all tokens of seeded responses", "None")):
         d = bins[bins["series"] == series].sort_values("bin")
         ln = _line(ax_e, label)
         _nan_eq(ln.get_ydata(), d["entropy_mean"])
@@ -209,7 +210,7 @@ def test_plot_seeded_positions_separates_seed_and_continuation(tables, tmp_path)
     # bars: seed low, seed high, continuation low, continuation high (10 bins each)
     h = np.array([p.get_height() for p in ax_c.patches[:40]]).reshape(4, 10)   # then the takeover band
     seed = bins[bins["series"] == "seed"].sort_values("bin")
-    cont = bins[bins["series"] == "continuation"].sort_values("bin")
+    cont = bins[bins["series"] == "seeded_continuation"].sort_values("bin")
     _nan_eq(h[0], seed["clip_low_per_1e4"])
     _nan_eq(h[1], seed["clip_high_per_1e4"])
     _nan_eq(h[2], cont["clip_low_per_1e4"])
@@ -223,6 +224,10 @@ def test_plot_seeded_positions_separates_seed_and_continuation(tables, tmp_path)
         assert len(span) == 1 and span[0].get_width() == pytest.approx(2 * s)
     assert any("takeover point" in t.get_text() for t in fig.legends[0].get_texts())
     _render(fig, tmp_path / "f4.png")
+    # a table written before the seeded-only series existed: continuation and all, as before
+    old = bins[bins["series"].isin(["all", "seed", "continuation"])]
+    ln = _line(plot_seeded_positions(old, takeover).axes[0], "continuation tokens")
+    _nan_eq(ln.get_ydata(), old[old["series"] == "continuation"].sort_values("bin")["entropy_mean"])
     # without a takeover table: no vertical line
     fig2 = plot_seeded_positions(bins, None)
     assert not [ln for ln in fig2.axes[0].lines if ln.get_linestyle() == "--"]

@@ -88,7 +88,7 @@ def test_state_and_state_action_losses_by_hand():
     cfg = load_config(None, ["algorithm=seeds", "seed_loss=state+action"])
     loss_mat, lmask, stats = token_losses(cfg, rows, logp, logp.detach(), mask)
     loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
-    assert float(loss) == pytest.approx((-1.28 * 2 - 2) / 4, abs=1e-6)
+    assert float(loss.detach()) == pytest.approx((-1.28 * 2 - 2) / 4, abs=1e-6)
     assert stats["clipped_high"][0].tolist() == [True, True, False, False]
     assert stats["ratio"][0, :2].tolist() == pytest.approx([2.0, 2.0])
     # state: seed tokens leave the loss and the denominator: (-1 - 1) / 2

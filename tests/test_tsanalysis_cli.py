@@ -63,6 +63,14 @@ def test_positions_writes_the_hand_computed_table(run, tmp_path, capsys):
         co = df[df["series"] == "continuation"].set_index("bin")
         assert (co["tokens"] + sd["tokens"]).tolist() == al["tokens"].tolist()
         np.testing.assert_allclose(co["entropy_mean"].iloc[[0, 4]], [5.5, 67])
+        # seeded responses only (the 10-token one): its continuation is tokens 4..9, one per bin 4..9
+        sc = df[df["series"] == "seeded_continuation"].set_index("bin")
+        assert sc["tokens"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+        np.testing.assert_allclose(sc["entropy_mean"].iloc[4:], [104, 105, 106, 107, 108, 109])
+        np.testing.assert_allclose(sc["clip_low_per_1e4"].iloc[4:], [0, 0, 0, 0, 0, 1e4])
+        sa = df[df["series"] == "seeded"].set_index("bin")
+        assert sa["tokens"].tolist() == [1] * 10 and (sa["tokens"] == sd["tokens"] + sc["tokens"]).all()
+        np.testing.assert_allclose(sa["entropy_mean"], T10)
     tk = pd.read_parquet(out / "takeover.parquet").iloc[0]
     assert (tk["responses"], tk["seeded_responses"], tk["seed_tokens"], tk["continuation_tokens"]) == (3, 1, 4, 14)
     assert tk["takeover_mean"] == pytest.approx(0.4)
