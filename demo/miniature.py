@@ -28,6 +28,7 @@ from typing import Sequence
 from demo.pipeline import (FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads, evaluate,
                            final_checkpoint, machine, make_data, prepare_out, read_metrics, run_config, run_name,
                            train_run, warmup)
+from tsanalysis.io import atomic_write_text
 
 _BY_NAME = {s.name: s for s in METHODS}
 
@@ -100,9 +101,13 @@ def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, log=pri
             if not res["skipped"]:
                 timings[cfg.run_name] = {"wall_s": res["wall_s"], "cpu_s": res["cpu_s"],
                                          "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
-                tfile.write_text(json.dumps(timings, indent=1) + "\n")
+                atomic_write_text(tfile, json.dumps(timings, indent=1) + "\n")
                 log(f"{cfg.run_name}: trained in {time.perf_counter() - t0:.0f} s")
             evaluate([(cfg.run_name, final_checkpoint(cfg))], budget, out=out, log=log, baseline=None)
+
+
+# A section of the page from this heading on is written by hand (what the numbers say) and kept on rewrites.
+NOTES_HEADING = "## Reading the table"
 
 
 def render(out: Path, budget: Budget, seeds: int, *, command: str) -> str:
@@ -220,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"demo.miniature: error: {e}", file=sys.stderr)
             return 2
     page = render(out, FULL, args.seeds, command=command)
-    Path(args.doc).write_text(page)
+    doc = Path(args.doc)
+    if doc.is_file() and NOTES_HEADING in doc.read_text():   # hand-written reading of the numbers: kept
+        page = page.rstrip("\n") + "\n\n" + doc.read_text()[doc.read_text().index(NOTES_HEADING):]
+    atomic_write_text(doc, page)
     print(page)
     print(f"wrote {args.doc}")
     return 0

@@ -172,3 +172,16 @@ def test_t_interval_by_hand():
     mean, hw = t_interval([0.2, 0.3, 0.4])   # s = 0.1, t_{0.975, 2} = 4.303
     assert mean == pytest.approx(0.3) and hw == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
     assert t_interval([0.5]) == (0.5, None)
+
+
+def test_miniature_page_rewrite_keeps_the_hand_written_reading(tmp_path, capsys):
+    from demo.miniature import NOTES_HEADING, main as miniature_main
+    doc, out = tmp_path / "miniature.md", tmp_path / "nothing-run-yet"
+    assert miniature_main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
+    first = doc.read_text()
+    assert "| On-policy (DAPO) | not run | 0/3 |" in first and NOTES_HEADING not in first
+    doc.write_text(first + f"\n{NOTES_HEADING}\n\nwhat the numbers say\n")
+    assert miniature_main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
+    again = doc.read_text()
+    assert again.count(NOTES_HEADING) == 1 and again.rstrip().endswith("what the numbers say")
+    assert "| On-policy (DAPO) | not run | 0/3 |" in again
