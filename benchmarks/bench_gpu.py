@@ -139,6 +139,7 @@ def cycle_run(*, spec: str, algorithm: str, engine: str, prompts: int, samples: 
     from benchmarks.bench_trainer_vs_trl import ours_run
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
             "seed_rule": "ratio", "engine": engine, "dtype": dtype, "micro_batch_size": micro_batch_size,
+            "micro_batch_tokens": 0,
             "vllm_gpu_memory_utilization": 0.4}
     with _patched_trainer(spec, max_model_len=64 + max_tokens):
         out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T,

@@ -2,8 +2,10 @@
 
 Both sides: ``trainer.tiny`` model (same size and init seed), the embedded addition task, B prompts x G samples,
 at most ``max_tokens`` completion tokens, temperature 1, DAPO token-mean loss with clip 0.2 / 0.28, no KL and no
-reference model, one optimizer update per generation batch, fp32 on CPU with 2 threads, everything in one
-forward/backward (TRL: ``per_device_train_batch_size = B*G``; ours: ``micro_batch_size = B*G``).
+reference model, one optimizer update per generation batch, fp32 on CPU with 2 threads. TRL computes the update
+in one forward/backward over all B*G rows (``per_device_train_batch_size = B*G``); ours accumulates over
+length-sorted micro-batches of at most 2048 padded tokens (``micro_batch_size = B*G``,
+``micro_batch_tokens = 2048``: less padding, same gradient), the setting a user would pick.
 TRL: ``loss_type="dapo"``, ``beta=0``, ``epsilon_high=0.28``, ``bf16=False``, activation checkpointing off (its
 default is on), generation through ``model.generate``. Ours: ``trainer.train.train`` with dynamic sampling off
 (TRL has none) and no rollout records (TRL writes none).
@@ -38,7 +40,7 @@ def params_for(ctx) -> dict:
 
 # ---------------------------------------------------------------------------------------------- ours (child)
 def ours_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: int, lr: float = 1e-6, seed: int = 0,
-             overrides: dict | None = None, device: str = "cpu") -> dict:
+             overrides: dict | None = None, device: str = "cpu", micro_batch_tokens: int = 2048) -> dict:
     """``trainer.train.train`` for ``steps`` steps; per-step wall-clock between metrics appends (first step not
     timed) plus the trainer's own ``time/*`` metrics and token counts. ``device="cpu"`` forces the CPU even where
     CUDA exists; ``"auto"`` takes what ``init_distributed`` picks (a GPU, a torchrun rank)."""
@@ -58,7 +60,8 @@ def ours_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: i
         with tempfile.TemporaryDirectory(prefix="bench_ours_") as tmp:
             values = {"output_dir": tmp, "run_name": "bench", "model": f"tiny:{size}", "task": "addition",
                       "prompts_per_step": prompts, "samples_per_prompt": samples, "max_response_tokens": max_tokens,
-                      "micro_batch_size": prompts * samples, "total_steps": steps, "lr": lr, "seed": seed,
+                      "micro_batch_size": prompts * samples, "micro_batch_tokens": micro_batch_tokens,
+                      "total_steps": steps, "lr": lr, "seed": seed,
                       "dynamic_sampling": False, "log_rollouts": False, "save_every": 0, "progress": False,
                       "resume": "never", "dtype": "float32"}
             values.update(overrides or {})

@@ -169,6 +169,35 @@ def test_gradient_invariant_to_micro_batch_size(loss_agg):
         assert diff <= 1e-6, f"micro_batch_size={mb} changes the gradient by {diff}"
 
 
+@pytest.mark.parametrize("tokens", [40, 90, 10_000])
+def test_gradient_invariant_to_a_micro_batch_token_budget(tokens):
+    ref = grads_for(12)
+    other = grads_for(12, micro_batch_tokens=tokens)
+    diff = max(float((ref[k] - other[k]).abs().max()) for k in ref)
+    assert diff <= 1e-6, f"micro_batch_tokens={tokens} changes the gradient by {diff}"
+
+
+def test_micro_batches_respect_rows_tokens_and_keep_ranks_in_step():
+    from trainer.policy import micro_batches
+    shapes = [(3, 10), (8, 2), (5, 30), (4, 4), (6, 1), (7, 12), (2, 0), (9, 25), (3, 3)]
+    # rows only: length-sorted chunks, as before the token budget existed
+    split, n = micro_batches(shapes, rows=4)
+    assert split == [[6, 8, 4, 3], [1, 0, 5, 7], [2]] and n == 3
+    # a token budget: rows x (longest prompt + longest response) never exceeds it, unless one row alone does
+    for tokens in (20, 40, 64):
+        split, n = micro_batches(shapes, rows=100, tokens=tokens)
+        assert sorted(i for mb in split for i in mb) == list(range(len(shapes))) and n == len(split)
+        for mb in split:
+            padded = len(mb) * (max(shapes[i][0] for i in mb) + max(max(1, shapes[i][1]) for i in mb))
+            assert padded <= tokens or len(mb) == 1, (tokens, mb, padded)
+    assert micro_batches(shapes, rows=100, tokens=40)[0] == [[6, 8, 4, 3], [1, 0], [5], [7], [2]]
+    # two ranks: strided shards, and both learn the larger count
+    s0, n0 = micro_batches(shapes, rows=2, rank=0, world_size=2)
+    s1, n1 = micro_batches(shapes, rows=2, rank=1, world_size=2)
+    assert sorted(i for mb in s0 for i in mb) == [0, 2, 4, 6, 8] and sorted(i for mb in s1 for i in mb) == [1, 3, 5, 7]
+    assert n0 == n1 == 3 and (len(s0), len(s1)) == (3, 2)
+
+
 def test_gradient_invariant_to_world_size(tmp_path):
     single = grads_for(5)
     worker = REPO / "tests" / "dist_grad_worker.py"

@@ -73,6 +73,8 @@ class Config:
     overlong_penalty: float = 1.0         # maximum penalty inside the window
     mini_batches_per_step: int = 1        # optimizer updates per rollout batch (Figure 3b); 1 = paper setting
     micro_batch_size: int = 32            # responses per forward/backward on each rank
+    micro_batch_tokens: int = 0           # > 0: also at most this many padded tokens per micro-batch (rows x longest
+                                          # prompt + response), like verl's dynamic batch size; 0 = rows only
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
@@ -230,6 +232,7 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            f"samples_per_prompt must be >= 2 for group advantages, got {cfg.samples_per_prompt}")
     _check(cfg.max_response_tokens >= 1, "max_response_tokens must be >= 1")
     _check(cfg.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    _check(cfg.micro_batch_tokens >= 0, f"micro_batch_tokens must be >= 0 (0 = no token cap), got {cfg.micro_batch_tokens}")
     _check(cfg.mini_batches_per_step >= 1, "mini_batches_per_step must be >= 1")
     _check(cfg.prompts_per_step % cfg.mini_batches_per_step == 0,
            f"prompts_per_step={cfg.prompts_per_step} is not divisible by mini_batches_per_step="

@@ -76,23 +76,48 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
     return logp, ent, resp_mask
 
 
-def _micro_batches(order: list[int], size: int) -> list[list[int]]:
-    return [order[i:i + size] for i in range(0, len(order), size)]
+def micro_batches(shapes: Sequence[tuple[int, int]], *, rows: int, tokens: int = 0, rank: int = 0,
+                  world_size: int = 1) -> tuple[list[list[int]], int]:
+    """This rank's micro-batches (indices into ``shapes``) and how many forwards every rank must run.
+
+    ``shapes``: (prompt length, response length) per row. Rank r takes rows r, r + W, ...; they are sorted by
+    total length (less padding) and cut into runs of at most ``rows`` rows and, when ``tokens`` > 0, at most
+    ``tokens`` padded tokens, i.e. rows x (longest prompt + longest response) as ``pack`` lays them out (verl's
+    dynamic batch size: long responses get small micro-batches, short ones large). A row longer than the budget
+    on its own gets a micro-batch of its own. Every rank computes every rank's split (no communication), so
+    ranks with fewer micro-batches can run dummy forwards to stay in step with FSDP's collectives.
+    """
+    def split(idx) -> list[list[int]]:
+        out: list[list[int]] = []
+        cur: list[int] = []
+        P = R = 0
+        for i in sorted(idx, key=lambda i: shapes[i][0] + shapes[i][1]):
+            p, r = shapes[i][0], max(1, shapes[i][1])
+            if cur and (len(cur) == rows or (tokens and (len(cur) + 1) * (max(P, p) + max(R, r)) > tokens)):
+                out.append(cur)
+                cur, P, R = [], 0, 0
+            cur.append(i)
+            P, R = max(P, p), max(R, r)
+        return out + [cur] if cur else out
+
+    n = len(shapes)
+    count = max(len(split(range(r, n, world_size))) for r in range(world_size))
+    return split(range(rank, n, world_size)), count
 
 
 @torch.no_grad()
-def score(model, prompts, responses, *, pad_id: int, micro_batch_size: int, d: Dist, temperature: float = 1.0
-          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def score(model, prompts, responses, *, pad_id: int, micro_batch_size: int, d: Dist, temperature: float = 1.0,
+          micro_batch_tokens: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """No-grad log-probs and entropies for every response (all ranks get all of them).
 
-    Each rank scores a strided shard; every rank runs the same number of forwards (FSDP needs that), then the
-    results are gathered. Rows are sorted by length inside a shard to keep padding small.
+    Each rank scores a strided shard in ``micro_batches``; every rank runs the same number of forwards (FSDP
+    needs that), then the results are gathered.
     """
     n = len(prompts)
     mine = list(range(d.rank, n, d.world_size))
-    mine.sort(key=lambda i: len(prompts[i]) + len(responses[i]))
-    batches = _micro_batches(mine, micro_batch_size)
-    n_batches = max(len(_micro_batches(list(range(r, n, d.world_size)), micro_batch_size)) for r in range(d.world_size))
+    batches, n_batches = micro_batches([(len(p), len(r)) for p, r in zip(prompts, responses)],
+                                       rows=micro_batch_size, tokens=micro_batch_tokens, rank=d.rank,
+                                       world_size=d.world_size)
     results: dict[int, tuple[list[float], list[float]]] = {}
     for b in range(n_batches):
         idx = batches[b] if b < len(batches) else [mine[0] if mine else 0]  # dummy forward keeps ranks in step

@@ -41,7 +41,7 @@ from trainer.data import PromptLoader, load_examples
 from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, clip_grad_norm, full_model_state_dict,
                           init_distributed, load_full_model_state_dict, load_optimizer_state_dict,
                           optimizer_state_dict, shard_model, shutdown)
-from trainer.policy import build_policy, resolve_dtype, response_logprobs, score
+from trainer.policy import build_policy, micro_batches, resolve_dtype, response_logprobs, score
 from trainer.rollout import Rollout, RolloutBuilder
 
 
@@ -122,13 +122,13 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
     """
     norm = max(loss_normalizer(cfg, rows), 1.0)
     mode = "token-mean" if cfg.loss_agg == "token-sum-norm" else cfg.loss_agg
-    mine = sorted(rows[d.rank::d.world_size], key=lambda r: len(r.prompt_ids) + len(r.response_ids))
-    mbs = [mine[i:i + cfg.micro_batch_size] for i in range(0, len(mine), cfg.micro_batch_size)]
-    n_mbs = max(math.ceil(len(rows[r::d.world_size]) / cfg.micro_batch_size) for r in range(d.world_size))
+    split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
+                                 tokens=cfg.micro_batch_tokens, rank=d.rank, world_size=d.world_size)
+    mbs = [[rows[i] for i in mb] for mb in split]
     total, records = 0.0, {}
     for b in range(n_mbs):
         dummy = b >= len(mbs)
-        mb = mbs[b] if not dummy else mine[:1] or rows[:1]
+        mb = mbs[b] if not dummy else rows[d.rank::d.world_size][:1] or rows[:1]
         logp, ent, resp_mask = response_logprobs(model, [r.prompt_ids for r in mb], [r.response_ids for r in mb],
                                                  pad_id=pad_id, device=d.device, temperature=cfg.temperature,
                                                  entropy_grad=bool(cfg.entropy_coef))
@@ -179,7 +179,8 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     old = None
     if need_old:  # pi_old before any update of this step
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
-                        micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature)
+                        micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
+                        micro_batch_tokens=cfg.micro_batch_tokens)
         old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
     losses, norms, records = [], [], {}
     for mini in minis:
