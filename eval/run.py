@@ -31,6 +31,7 @@ from typing import Sequence
 
 from eval.benchmarks import BENCHMARKS, get_benchmark
 from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.jsonl import iter_jsonl
 from eval.samples import append_row, check_settings, read_samples, repair
 from eval.templates import TEMPLATES, render_prompt
 
@@ -177,26 +178,19 @@ def read_samples_input(path: str | os.PathLike, problems: list[Problem]) -> dict
     path = Path(path)
     known = {p.id for p in problems}
     out: dict[str, tuple[list[str], list | None]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict) or "problem_id" not in row or "responses" not in row:
-                raise ValueError(f"{path}:{lineno}: expected an object with 'problem_id' and 'responses'")
-            pid = str(row["problem_id"])
-            if pid not in known:
-                raise ValueError(f"{path}:{lineno}: unknown problem_id {pid!r} for this benchmark "
-                                 f"(first known ids: {sorted(known)[:3]})")
-            if pid in out:
-                raise ValueError(f"{path}:{lineno}: problem_id {pid!r} appears twice")
-            rs = row["responses"]
-            if not isinstance(rs, list) or not rs or not all(isinstance(r, str) for r in rs):
-                raise ValueError(f"{path}:{lineno}: 'responses' must be a non-empty list of strings")
-            out[pid] = (rs, row.get("finish_reasons"))
+    for lineno, row in iter_jsonl(path):
+        if "problem_id" not in row or "responses" not in row:
+            raise ValueError(f"{path}:{lineno}: expected an object with 'problem_id' and 'responses'")
+        pid = str(row["problem_id"])
+        if pid not in known:
+            raise ValueError(f"{path}:{lineno}: unknown problem_id {pid!r} for this benchmark "
+                             f"(first known ids: {sorted(known)[:3]})")
+        if pid in out:
+            raise ValueError(f"{path}:{lineno}: problem_id {pid!r} appears twice")
+        rs = row["responses"]
+        if not isinstance(rs, list) or not rs or not all(isinstance(r, str) for r in rs):
+            raise ValueError(f"{path}:{lineno}: 'responses' must be a non-empty list of strings")
+        out[pid] = (rs, row.get("finish_reasons"))
     return out
 
 

@@ -34,7 +34,6 @@ else a clear error. Nothing is downloaded.
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.jsonl import iter_jsonl
 from eval.grading.code import extract_code, short_repr, verdict_of_status
 from eval.sandbox import CallException, decode_tagged, run_cases, run_program
 
@@ -66,20 +66,7 @@ def read_jsonl_any(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"problems file {path} does not exist")
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append((lineno, row))
-    return rows
+    return list(iter_jsonl(path))
 
 
 def _resolve(path, *, name: str, folder: str, files: list[str]) -> Path:

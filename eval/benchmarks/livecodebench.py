@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Iterator
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.jsonl import iter_jsonl
 from eval.grading.code import LCB_IMPORT_PRELUDE, extract_code, grade_code
 
 __all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
@@ -189,17 +190,7 @@ def _default_path() -> Path:
 
 
 def _iter_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as f:   # streamed: the dataset's files are hundreds of MB
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield lineno, row
+    return iter_jsonl(path)   # streamed: the dataset's files are hundreds of MB
 
 
 _FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",

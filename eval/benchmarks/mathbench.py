@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.jsonl import iter_jsonl
 
 __all__ = ["DATA_ENV", "MATH_GENERATION", "read_jsonl", "load_rows", "grade_problem", "math_benchmark"]
 
@@ -37,18 +38,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         if not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{path}: expected a JSON array of objects")
         return rows
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+    return [row for _, row in iter_jsonl(path)]
 
 
 def load_rows(path, *, name: str, data_dir: str, hub_id: str, hub_split: str = "test",
