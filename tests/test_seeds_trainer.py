@@ -96,7 +96,7 @@ def test_state_and_state_action_losses_by_hand():
     loss_mat, lmask, _ = token_losses(cfg, rows, logp, logp.detach(), mask)
     assert lmask[0].tolist() == [False, False, True, True]
     loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
-    assert float(loss) == pytest.approx(-1.0, abs=1e-6)
+    assert float(loss.detach()) == pytest.approx(-1.0, abs=1e-6)
     # Gradient of the state loss touches continuation tokens only: d/dlogp of -A*r/2 = -0.5 there, 0 on seeds.
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([0.0, 0.0, -0.5, -0.5])
