@@ -1,4 +1,5 @@
-"""notebooks/: every notebook runs headless against a synthetic results folder and shows its figure.
+"""notebooks/: every notebook runs headless against a synthetic results folder and shows its figure (tests/test_demo.py
+runs them again against the quick demo's output).
 
 The results folder is what ``python -m figures.make_all`` writes for the synthetic runs of test_figures.py
 (plus relay tables); THINKING_SEEDS_RESULTS points the notebooks' parameters cell at it.
