@@ -226,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     page = render(out, FULL, args.seeds, command=command)
     doc = Path(args.doc)
-    if doc.is_file() and NOTES_HEADING in doc.read_text():   # hand-written reading of the numbers: kept
-        page = page.rstrip("\n") + "\n\n" + doc.read_text()[doc.read_text().index(NOTES_HEADING):]
+    old = doc.read_text() if doc.is_file() else ""
+    if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
+        page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
     atomic_write_text(doc, page)
     print(page)
     print(f"wrote {args.doc}")

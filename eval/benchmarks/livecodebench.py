@@ -56,7 +56,6 @@ import pickle
 import zlib
 from datetime import date, datetime
 from pathlib import Path
-from typing import Iterator
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
 from eval.jsonl import iter_jsonl
@@ -189,10 +188,6 @@ def _default_path() -> Path:
     return path
 
 
-def _iter_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    return iter_jsonl(path)   # streamed: the dataset's files are hundreds of MB
-
-
 _FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
            "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
 
@@ -268,7 +263,7 @@ def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", s
         raise FileNotFoundError(f"LiveCodeBench problems path {path} does not exist")
     problems, seen = [], set()
     for file in files:
-        for lineno, row in _iter_rows(file):
+        for lineno, row in iter_jsonl(file):   # streamed: the dataset's files are hundreds of MB
             where = f"{file}:{lineno}"
             try:
                 day = datetime.fromisoformat(row["contest_date"]).date()

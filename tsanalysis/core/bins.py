@@ -63,14 +63,17 @@ def relative_bin_index(offsets: np.ndarray, *, n_bins: int, lengths: np.ndarray 
 
 
 def seeded_position_keys(offsets: np.ndarray, seed_len: np.ndarray, *, n_bins: int) -> np.ndarray:
-    """One key per flat token: its relative-position bin (normalised by the full length), plus ``n_bins`` for a
-    seed token (t < seed_len). Keys lie in [0, 2 * n_bins): continuation bins first, then seed bins."""
+    """One key per flat token: its relative-position bin (normalised by the full length) plus ``n_bins`` times
+    its region: 0 = continuation token of a seeded response, 1 = seed token (t < seed_len), 2 = token of an
+    unseeded response (seed_len 0). Keys lie in [0, 3 * n_bins)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     t, resp = _token_index(offsets)
     if not t.size:
         return t
     lens = np.diff(offsets)[resp]
-    return (n_bins * t) // lens + n_bins * (t < np.asarray(seed_len, dtype=np.int64)[resp])
+    s = np.asarray(seed_len, dtype=np.int64)[resp]
+    region = np.where(s == 0, 2, (t < s).astype(np.int64))
+    return (n_bins * t) // lens + n_bins * region
 
 
 def _masked(flat: np.ndarray, idx: np.ndarray, mask) -> tuple[np.ndarray, np.ndarray]:
