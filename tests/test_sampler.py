@@ -197,6 +197,20 @@ def test_first_token_frequencies_match_softmax(sharp_model, temperature):
         assert _chi2_pvalue(counts, _first_token_probs(sharp_model, prompt, 1.0)) < 1e-3
 
 
+def test_draw_is_proportional_and_never_picks_a_zero_entry():
+    from trainer.sampler import draw
+    weights = torch.tensor([0.0, 5.0, 0.0, 3.0, 2.0, 0.0])        # unnormalised, zeros at both ends
+    gen = torch.Generator().manual_seed(0)
+    drawn = draw(weights.expand(20000, 6), gen)
+    counts = torch.bincount(drawn, minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert _chi2_pvalue(counts[[1, 3, 4]], weights[[1, 3, 4]] / 10) > 1e-3
+    # and the test has power: uniform weights over the same support are rejected
+    assert _chi2_pvalue(counts[[1, 3, 4]], torch.full((3,), 1 / 3)) < 1e-3
+    # a one-hot row always gives its index, whatever the uniform
+    assert (draw(torch.tensor([[0.0, 0.0, 1.0]]).expand(100, 3), gen) == 2).all()
+
+
 def test_top_p_draws_only_from_the_nucleus(sharp_model):
     prompt = [1, 17, 42, 8]
     top_p = 0.6

@@ -75,6 +75,10 @@ class Config:
     micro_batch_size: int = 32            # responses per forward/backward on each rank
     micro_batch_tokens: int = 0           # > 0: also at most this many padded tokens per micro-batch (rows x longest
                                           # prompt + response), like verl's dynamic batch size; 0 = rows only
+                                          # (with the flat forward: tokens it computes, each distinct prompt once)
+    train_forward: str = "auto"           # auto: flat where the architecture allows (Llama/Qwen2/Qwen3, unsharded),
+                                          # else model; flat: no padding, each prompt once per micro-batch
+                                          # (trainer/flat.py); model: the model's own forward on padded rows
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
@@ -232,6 +236,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            f"samples_per_prompt must be >= 2 for group advantages, got {cfg.samples_per_prompt}")
     _check(cfg.max_response_tokens >= 1, "max_response_tokens must be >= 1")
     _check(cfg.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    _check(cfg.train_forward in ("auto", "flat", "model"),
+           f"train_forward must be auto, flat or model, got '{cfg.train_forward}'")
     _check(cfg.micro_batch_tokens >= 0, f"micro_batch_tokens must be >= 0 (0 = no token cap), got {cfg.micro_batch_tokens}")
     _check(cfg.mini_batches_per_step >= 1, "mini_batches_per_step must be >= 1")
     _check(cfg.prompts_per_step % cfg.mini_batches_per_step == 0,

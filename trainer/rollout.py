@@ -178,7 +178,8 @@ class RolloutBuilder:
             if not from_sampler:
                 logp, _ = score(self.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
                                 pad_id=self.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size, d=self.d,
-                                temperature=cfg.temperature, micro_batch_tokens=cfg.micro_batch_tokens)
+                                temperature=cfg.temperature, micro_batch_tokens=cfg.micro_batch_tokens,
+                                forward=cfg.train_forward)
                 for r, lp in zip(rows, logp):
                     r.behavior_logp = lp.tolist()
             for r in rows:
@@ -198,7 +199,7 @@ class RolloutBuilder:
                     [torch.tensor(c.entropies, dtype=torch.float32) for c in comps])
         return score(self.model, prompts, [c.token_ids for c in comps], pad_id=self.tokenizer.pad_token_id,
                      micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
-                     micro_batch_tokens=cfg.micro_batch_tokens)
+                     micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
 
     def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False):
         """Generate on every rank for a strided shard of the prompts, then gather (order preserved)."""

@@ -42,7 +42,7 @@ from trainer.data import PromptLoader, load_examples
 from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, clip_grad_norm, full_model_state_dict,
                           init_distributed, load_full_model_state_dict, load_optimizer_state_dict,
                           optimizer_state_dict, shard_model, shutdown)
-from trainer.policy import build_policy, micro_batches, resolve_dtype, response_logprobs, score
+from trainer.policy import build_policy, micro_batches, resolve_dtype, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, RolloutBuilder
 
 
@@ -123,8 +123,10 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
     """
     norm = max(loss_normalizer(cfg, rows), 1.0)
     mode = "token-mean" if cfg.loss_agg == "token-sum-norm" else cfg.loss_agg
+    forward = "flat" if use_flat(model, cfg.train_forward) else "model"
     split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
-                                 tokens=cfg.micro_batch_tokens, rank=d.rank, world_size=d.world_size)
+                                 tokens=cfg.micro_batch_tokens, rank=d.rank, world_size=d.world_size,
+                                 prompt_keys=[tuple(r.prompt_ids) for r in rows] if forward == "flat" else None)
     mbs = [[rows[i] for i in mb] for mb in split]
     total, records = 0.0, {}
     for b in range(n_mbs):
@@ -132,7 +134,7 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         mb = mbs[b] if not dummy else rows[d.rank::d.world_size][:1] or rows[:1]
         logp, ent, resp_mask = response_logprobs(model, [r.prompt_ids for r in mb], [r.response_ids for r in mb],
                                                  pad_id=pad_id, device=d.device, temperature=cfg.temperature,
-                                                 entropy_grad=bool(cfg.entropy_coef))
+                                                 entropy_grad=bool(cfg.entropy_coef), forward=forward)
         R = logp.shape[1]
         old_logp = logp.detach() if old is None else _stack(mb, [old[id(r)] for r in mb], R, 0.0).to(logp.device)
         keep_t = None if keep is None else _stack(mb, [keep[id(r)] for r in mb], R, 0.0).to(logp.device)
@@ -181,7 +183,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     if need_old:  # pi_old before any update of this step
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
                         micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
-                        micro_batch_tokens=cfg.micro_batch_tokens)
+                        micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
         old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
     losses, norms, records = [], [], {}
     for mini in minis:
@@ -332,7 +334,8 @@ def train(cfg: Config, d: Dist) -> Path:
     dtype = resolve_dtype(cfg.dtype, d.device)
     model, tokenizer = build_policy(warm_start(cfg, d), dtype=dtype, seed=cfg.seed)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers 5 renamed it (the old name warns)
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     prompt_ids, kept_examples = [], []
     for ex in examples:
         ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]

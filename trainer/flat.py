@@ -1,0 +1,190 @@
+"""A padding-free, shared-prompt forward for training Llama-family models (Llama, Qwen2, Qwen3).
+
+The padded layout (``policy.pack``) runs every row of a micro-batch to the longest prompt plus the longest
+response, and runs a group's prompt once per sample. Here the tokens that matter are laid out flat instead:
+
+    [ prompt tokens of each distinct prompt, once ] [ response tokens of each row, without its last token ]
+
+Norms, projections, the MLP and the LM head (nearly all of the arithmetic) run on those N flat tokens only.
+Attention gathers them into two small padded batches, one over the distinct prompts (causal) and one over the
+responses, whose keys are the row's shared prompt keys followed by its own response keys (causal), and scatters
+the result back. A response's last token predicts nothing, so it is never computed; the first response token is
+predicted by the prompt's last hidden state, which every row of the group reads from the same place (autograd
+sums their gradients there).
+
+It is the same function of the weights as the model's own forward (same modules, same order of operations per
+token); tests compare log-probs and gradients with ``policy.pack`` + ``model.forward`` on each architecture.
+verl calls the padding half of this "remove padding" and TRL "padding-free"; sharing the prompt among a group's
+samples is what makes GRPO-style batches (G samples per prompt) cheaper still.
+
+Prompts are shared by content, so rows of the same prompt share its computation whichever micro-batch they are
+in, as long as they are in the same one (``policy.micro_batches`` keeps them together when asked to).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from trainer.sampler import apply_rotary, rotate_half_matrix
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """None when ``flat_forward`` computes the same function as ``model.forward``, else why not."""
+    from trainer.sampler import _DecodeLayer, fast_path_unsupported_reason
+    reason = fast_path_unsupported_reason(model)
+    if reason is not None:
+        return reason
+    layers = model.model.layers
+    if not all(_DecodeLayer.supports(layer) for layer in layers):
+        return "a decoder layer is not a standard Llama-family layer"
+    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+        return "attention dropout is on"
+    return None
+
+
+@dataclass
+class FlatLayout:
+    """Index tensors of one micro-batch (built once, used by every layer) over its ``N`` flat tokens. Padding
+    slots of the attention grids point at token 0: masked out as keys, never read back as queries."""
+
+    ids: torch.Tensor          # [N] token ids
+    pos: torch.Tensor          # [N] position ids
+    n_prompt: int              # flat tokens [0, n_prompt) are prompt tokens
+    p_idx: torch.Tensor        # [U, P] flat index of prompt u's token j (0 where j >= len)
+    p_mask: torch.Tensor       # [U, 1, P, P] additive: causal within the prompt
+    p_out: torch.Tensor        # [n_prompt] position in the U*P grid of each prompt token, in flat order
+    r_q: torch.Tensor          # [n, Q] flat index of row i's response input t (0 where t >= len - 1)
+    r_k: torch.Tensor          # [n, P + Q] keys: its prompt's tokens, then its own response inputs
+    r_mask: torch.Tensor       # [n, 1, Q, P + Q] additive
+    r_out: torch.Tensor        # [N - n_prompt] position in the n*Q grid of each response input, in flat order
+    logit_src: torch.Tensor    # [M] flat index whose hidden state predicts each response token (M = sum of lengths)
+    targets: torch.Tensor      # [M] the response tokens
+    out_rows: torch.Tensor     # [M] where each prediction goes in the [n, R] output
+    out_cols: torch.Tensor     # [M]
+    R: int                     # longest response (>= 1)
+
+
+def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device,
+                 neg: float) -> FlatLayout:
+    n = len(prompts)
+    keys: dict[tuple, int] = {}
+    uniq: list[Sequence[int]] = []
+    row_u: list[int] = []
+    for p in prompts:
+        if len(p) == 0:
+            raise ValueError("flat forward: every prompt needs at least one token")
+        u = keys.setdefault(tuple(p), len(uniq))
+        if u == len(uniq):
+            uniq.append(p)
+        row_u.append(u)
+    p_len = [len(p) for p in uniq]
+    p_off = [0]
+    for L in p_len:
+        p_off.append(p_off[-1] + L)
+    n_prompt = p_off[-1]
+    q_len = [max(len(r) - 1, 0) for r in responses]      # response tokens that are inputs
+    r_off = [n_prompt]
+    for L in q_len:
+        r_off.append(r_off[-1] + L)
+    P, Q, R = max(p_len), max(q_len), max(1, max(len(r) for r in responses))
+    U = len(uniq)
+
+    ids = torch.tensor([t for p in uniq for t in p] + [t for r in responses for t in r[:-1]], dtype=torch.long)
+    pos = torch.cat([torch.arange(L) for L in p_len]
+                    + [torch.arange(p_len[u], p_len[u] + q) for u, q in zip(row_u, q_len)])
+
+    ar_p = torch.arange(P)
+    p_len_t, p_off_t = torch.tensor(p_len), torch.tensor(p_off[:-1])
+    p_valid = ar_p[None, :] < p_len_t[:, None]                                          # [U, P]
+    p_idx = torch.where(p_valid, p_off_t[:, None] + ar_p[None, :], 0)
+    allowed = (ar_p[None, :, None] >= ar_p[None, None, :]) & p_valid[:, None, :]      # query j, key j' <= j
+    p_mask = torch.zeros(U, 1, P, P).masked_fill_(~allowed[:, None], neg)
+    p_out = p_valid.reshape(-1).nonzero().squeeze(1)
+
+    ar_q = torch.arange(Q)
+    q_len_t, r_off_t = torch.tensor(q_len), torch.tensor(r_off[:-1])
+    row_u_t = torch.tensor(row_u)
+    r_valid = ar_q[None, :] < q_len_t[:, None]                                          # [n, Q]
+    r_q = torch.where(r_valid, r_off_t[:, None] + ar_q[None, :], 0)
+    r_k = torch.cat([p_idx[row_u_t], r_q], dim=1)                                       # [n, P + Q]
+    see_prompt = p_valid[row_u_t][:, None, :].expand(n, Q, P)                           # the whole prompt
+    see_resp = (ar_q[None, :, None] >= ar_q[None, None, :]) & r_valid[:, None, :]       # causal over inputs
+    r_mask = torch.zeros(n, 1, Q, P + Q).masked_fill_(~torch.cat([see_prompt, see_resp], -1)[:, None], neg)
+    r_out = r_valid.reshape(-1).nonzero().squeeze(1)
+
+    # response token t of row i is predicted by: t = 0, its prompt's last token; t > 0, its input t - 1
+    src, tgt, rows, cols = [], [], [], []
+    for i, r in enumerate(responses):
+        if not r:
+            continue
+        src.append(p_off[row_u[i] + 1] - 1)
+        src.extend(range(r_off[i], r_off[i] + len(r) - 1))
+        tgt.extend(r)
+        rows.extend([i] * len(r))
+        cols.extend(range(len(r)))
+
+    def t(x, dtype=torch.long):
+        return torch.as_tensor(x, dtype=dtype).to(device)
+
+    return FlatLayout(ids=t(ids), pos=t(pos), n_prompt=n_prompt, p_idx=t(p_idx), p_mask=p_mask.to(device),
+                      p_out=t(p_out), r_q=t(r_q), r_k=t(r_k), r_mask=r_mask.to(device), r_out=t(r_out),
+                      logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), R=R)
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:   # x [N, heads, d], idx [B, S] -> [B, heads, S, d]
+    # index_select, not x[idx]: its backward is one index_add, advanced indexing's is a much slower index_put
+    return x.index_select(0, idx.reshape(-1)).view(*idx.shape, *x.shape[1:]).transpose(1, 2)
+
+
+def _attend(q, k, v, idx_q, idx_k, mask, scaling, gqa) -> torch.Tensor:
+    """SDPA over gathered rows: q/k/v [N, heads, d]; idx_q [B, Q], idx_k [B, S] (padding slots point at token 0:
+    the mask gives them zero weight as keys, and padding queries are never read back)."""
+    qb, kb, vb = _gather(q, idx_q), _gather(k, idx_k), _gather(v, idx_k)
+    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask.to(qb.dtype), scale=scaling, enable_gqa=gqa)
+    return o.transpose(1, 2).reshape(-1, o.shape[1] * o.shape[3])   # [B * Q, nq * d]
+
+
+def _layer(layer, h, cos, sin, rot, lay: FlatLayout):
+    # the modules themselves (adapters such as LoRA keep working); fusing q|k|v or gate|up into one GEMM was
+    # measured slower here in training (the weight copies and the split gradients cost more than they save)
+    a, m = layer.self_attn, layer.mlp
+    d, n = a.head_dim, h.shape[0]
+    x = layer.input_layernorm(h)
+    q, k, v = a.q_proj(x).view(n, -1, d), a.k_proj(x).view(n, -1, d), a.v_proj(x).view(n, -1, d)
+    if getattr(a, "q_norm", None) is not None:   # Qwen3: per-head norms before the rotary embedding
+        q, k = a.q_norm(q), a.k_norm(k)
+    q, k = apply_rotary(q, cos, sin, rot), apply_rotary(k, cos, sin, rot)   # cos/sin [N, 1, d]
+    gqa = q.shape[1] != k.shape[1]
+    parts = [_attend(q, k, v, lay.p_idx, lay.p_idx, lay.p_mask, a.scaling, gqa).index_select(0, lay.p_out)]
+    if lay.r_q.shape[1] > 0:
+        parts.append(_attend(q, k, v, lay.r_q, lay.r_k, lay.r_mask, a.scaling, gqa).index_select(0, lay.r_out))
+    h = h + a.o_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
+    x = layer.post_attention_layernorm(h)
+    return h + m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x))
+
+
+def flat_forward(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device):
+    """Logits [M, V] for every response token (M = total response length, row-major) and the layout that
+    places them (``targets``, ``out_rows``, ``out_cols``)."""
+    inner = model.model
+    dtype = inner.embed_tokens.weight.dtype
+    lay = build_layout(prompts, responses, device=device, neg=torch.finfo(dtype).min)
+    h = inner.embed_tokens(lay.ids)                                    # [N, H]
+    with torch.no_grad():
+        cos_t, sin_t = inner.rotary_emb(h[None, :1], torch.arange(int(lay.pos.max()) + 1, device=h.device)[None])
+    cos, sin = cos_t[0][lay.pos][:, None], sin_t[0][lay.pos][:, None]  # [N, 1, d]
+    rot = rotate_half_matrix(cos.shape[-1], cos.dtype, cos.device)
+    # activation checkpointing as the model's own forward does it: per layer, when enabled and under autograd
+    ckpt = torch.is_grad_enabled() and any(getattr(x, "gradient_checkpointing", False) for x in inner.layers)
+    for layer in inner.layers:
+        if ckpt:
+            h = checkpoint(_layer, layer, h, cos, sin, rot, lay, use_reentrant=False)
+        else:
+            h = _layer(layer, h, cos, sin, rot, lay)
+    hidden = inner.norm(h.index_select(0, lay.logit_src))              # [M, H]
+    return model.lm_head(hidden), lay
