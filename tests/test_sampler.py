@@ -158,6 +158,42 @@ def test_seed_continuation_equals_tail_of_greedy(model, prompts):
         assert tails[i].token_ids[: 20 - k] == full[i].token_ids[k:], f"row {i}, seed length {k}"
 
 
+@pytest.mark.parametrize("prefill_tokens", [2048, 20])
+def test_shared_prefixes_are_prefilled_once_with_the_same_completions(model, prompts, prefill_tokens, monkeypatch):
+    """Seeded rows (question + seed) of the same question share its prefill; greedy tails and per-token
+    log-probs are those of the unshared prefill, also when the prefill is cut into pieces that split a group."""
+    import trainer.flat as flat
+    sampler = HFSampler(model, eos_token_id=1000, pad_token_id=PAD, prefill_tokens=prefill_tokens)
+    qs = prompts[:3]
+    full = sampler.generate(qs, max_new_tokens=12, temperature=0.0)
+    rows, shared, ks = [], [], [0, 2, 5, 9]
+    for q, f in zip(qs, full):
+        for k in ks:                        # 4 rows per question, seeds of different lengths
+            rows.append(q + f.token_ids[:k])
+            shared.append(len(q))
+    computed = []
+    run = flat.run_layout
+    monkeypatch.setattr(flat, "run_layout", lambda m, lay, **kw: computed.append(lay.ids.numel()) or run(m, lay, **kw))
+    plain = sampler.generate(rows, max_new_tokens=12, temperature=0.0, logprobs=True)
+    n_plain = sum(computed)
+    computed.clear()
+    hinted = sampler.generate(rows, max_new_tokens=12, temperature=0.0, logprobs=True, prefix_lens=shared)
+    assert [c.token_ids for c in hinted] == [c.token_ids for c in plain]
+    for a, b in zip(hinted, plain):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    for i, k in enumerate(ks * 3):          # and they continue the uninterrupted generation
+        assert hinted[i].token_ids[: 12 - k] == full[i // 4].token_ids[k:]
+    # without the hint each row is its own prefix (all different: seed lengths differ); with it each question
+    # is computed once per prefill piece
+    assert n_plain == sum(len(r) for r in rows)
+    if prefill_tokens >= 2048:
+        assert sum(computed) == sum(len(q) for q in qs) + 3 * sum(ks)
+    else:
+        assert sum(len(q) for q in qs) + 3 * sum(ks) < sum(computed) < n_plain
+    with pytest.raises(ValueError, match="prefix_lens has 2 entries for 12 prompts"):
+        sampler.generate(rows, max_new_tokens=2, prefix_lens=[1, 2])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # sampling
 

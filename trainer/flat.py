@@ -67,10 +67,18 @@ class FlatLayout:
     out_rows: torch.Tensor     # [M] where each prediction goes in the [n, R] output
     out_cols: torch.Tensor     # [M]
     R: int                     # longest response (>= 1)
+    seq: list[list[int]] | None = None   # prefill: flat indices of each row's whole sequence, in order
 
 
 def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device,
-                 neg: float) -> FlatLayout:
+                 neg: float, prefill: bool = False) -> FlatLayout:
+    """The flat layout of rows ``prompts[i] + responses[i]``; equal prompts are computed once.
+
+    Training (``prefill=False``): a response's last token is no input, and there is one logit per response
+    token. Prefill (``prefill=True``, the sampler: ``responses`` are per-row suffixes after a shared prefix):
+    every token is an input, there is one logit per row (after its last token), and ``seq`` lists each row's
+    tokens for filling a KV cache.
+    """
     n = len(prompts)
     keys: dict[tuple, int] = {}
     uniq: list[Sequence[int]] = []
@@ -87,14 +95,15 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     for L in p_len:
         p_off.append(p_off[-1] + L)
     n_prompt = p_off[-1]
-    q_len = [max(len(r) - 1, 0) for r in responses]      # response tokens that are inputs
+    inputs = [list(r) for r in responses] if prefill else [list(r[:-1]) for r in responses]
+    q_len = [len(r) for r in inputs]                      # response tokens that are inputs
     r_off = [n_prompt]
     for L in q_len:
         r_off.append(r_off[-1] + L)
     P, Q, R = max(p_len), max(q_len), max(1, max(len(r) for r in responses))
     U = len(uniq)
 
-    ids = torch.tensor([t for p in uniq for t in p] + [t for r in responses for t in r[:-1]], dtype=torch.long)
+    ids = torch.tensor([t for p in uniq for t in p] + [t for r in inputs for t in r], dtype=torch.long)
     pos = torch.cat([torch.arange(L) for L in p_len]
                     + [torch.arange(p_len[u], p_len[u] + q) for u, q in zip(row_u, q_len)])
 
@@ -117,23 +126,26 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     r_mask = torch.zeros(n, 1, Q, P + Q).masked_fill_(~torch.cat([see_prompt, see_resp], -1)[:, None], neg)
     r_out = r_valid.reshape(-1).nonzero().squeeze(1)
 
-    # response token t of row i is predicted by: t = 0, its prompt's last token; t > 0, its input t - 1
-    src, tgt, rows, cols = [], [], [], []
-    for i, r in enumerate(responses):
-        if not r:
-            continue
-        src.append(p_off[row_u[i] + 1] - 1)
-        src.extend(range(r_off[i], r_off[i] + len(r) - 1))
-        tgt.extend(r)
-        rows.extend([i] * len(r))
-        cols.extend(range(len(r)))
+    src, tgt, rows, cols, seq = [], [], [], [], None
+    if prefill:   # the next token of row i is predicted by its last token; seq: prompt tokens, then its own
+        seq = [list(range(p_off[u], p_off[u + 1])) + list(range(r_off[i], r_off[i + 1])) for i, u in enumerate(row_u)]
+        src = [x[-1] for x in seq]
+    else:         # response token t of row i is predicted by: t = 0, its prompt's last token; t > 0, input t - 1
+        for i, r in enumerate(responses):
+            if not r:
+                continue
+            src.append(p_off[row_u[i] + 1] - 1)
+            src.extend(range(r_off[i], r_off[i] + len(r) - 1))
+            tgt.extend(r)
+            rows.extend([i] * len(r))
+            cols.extend(range(len(r)))
 
     def t(x, dtype=torch.long):
         return torch.as_tensor(x, dtype=dtype).to(device)
 
     return FlatLayout(ids=t(ids), pos=t(pos), n_prompt=n_prompt, p_idx=t(p_idx), p_mask=p_mask.to(device),
                       p_out=t(p_out), r_q=t(r_q), r_k=t(r_k), r_mask=r_mask.to(device), r_out=t(r_out),
-                      logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), R=R)
+                      logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), R=R, seq=seq)
 
 
 def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:   # x [N, heads, d], idx [B, S] -> [B, heads, S, d]
@@ -149,7 +161,7 @@ def _attend(q, k, v, idx_q, idx_k, mask, scaling, gqa) -> torch.Tensor:
     return o.transpose(1, 2).reshape(-1, o.shape[1] * o.shape[3])   # [B * Q, nq * d]
 
 
-def _layer(layer, h, cos, sin, rot, lay: FlatLayout):
+def _layer(layer, h, cos, sin, rot, lay: FlatLayout, kv_sink=None):
     # the modules themselves (adapters such as LoRA keep working); fusing q|k|v or gate|up into one GEMM was
     # measured slower here in training (the weight copies and the split gradients cost more than they save)
     a, m = layer.self_attn, layer.mlp
@@ -159,6 +171,8 @@ def _layer(layer, h, cos, sin, rot, lay: FlatLayout):
     if getattr(a, "q_norm", None) is not None:   # Qwen3: per-head norms before the rotary embedding
         q, k = a.q_norm(q), a.k_norm(k)
     q, k = apply_rotary(q, cos, sin, rot), apply_rotary(k, cos, sin, rot)   # cos/sin [N, 1, d]
+    if kv_sink is not None:
+        kv_sink(a.layer_idx, k, v)
     gqa = q.shape[1] != k.shape[1]
     parts = [_attend(q, k, v, lay.p_idx, lay.p_idx, lay.p_mask, a.scaling, gqa).index_select(0, lay.p_out)]
     if lay.r_q.shape[1] > 0:
@@ -168,12 +182,20 @@ def _layer(layer, h, cos, sin, rot, lay: FlatLayout):
     return h + m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x))
 
 
-def flat_forward(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device):
-    """Logits [M, V] for every response token (M = total response length, row-major) and the layout that
-    places them (``targets``, ``out_rows``, ``out_cols``)."""
+def flat_forward(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, device,
+                 prefill: bool = False, kv_sink=None):
+    """Logits and the layout that places them. Training: [M, V] for every response token (M = total response
+    length, row-major; ``targets``, ``out_rows``, ``out_cols``). ``prefill=True``: [n, V] for the token after
+    each row, and ``kv_sink(layer_idx, k, v)`` receives every layer's keys (after the rotary embedding) and
+    values over the flat tokens, [N, n_kv, head_dim] each."""
+    dtype = model.model.embed_tokens.weight.dtype
+    lay = build_layout(prompts, responses, device=device, neg=torch.finfo(dtype).min, prefill=prefill)
+    return run_layout(model, lay, kv_sink=kv_sink), lay
+
+
+def run_layout(model, lay: FlatLayout, *, kv_sink=None) -> torch.Tensor:
+    """The model over a built layout: logits at ``lay.logit_src``."""
     inner = model.model
-    dtype = inner.embed_tokens.weight.dtype
-    lay = build_layout(prompts, responses, device=device, neg=torch.finfo(dtype).min)
     h = inner.embed_tokens(lay.ids)                                    # [N, H]
     with torch.no_grad():
         cos_t, sin_t = inner.rotary_emb(h[None, :1], torch.arange(int(lay.pos.max()) + 1, device=h.device)[None])
@@ -183,8 +205,8 @@ def flat_forward(model, prompts: Sequence[Sequence[int]], responses: Sequence[Se
     ckpt = torch.is_grad_enabled() and any(getattr(x, "gradient_checkpointing", False) for x in inner.layers)
     for layer in inner.layers:
         if ckpt:
-            h = checkpoint(_layer, layer, h, cos, sin, rot, lay, use_reentrant=False)
+            h = checkpoint(_layer, layer, h, cos, sin, rot, lay, kv_sink, use_reentrant=False)
         else:
-            h = _layer(layer, h, cos, sin, rot, lay)
+            h = _layer(layer, h, cos, sin, rot, lay, kv_sink)
     hidden = inner.norm(h.index_select(0, lay.logit_src))              # [M, H]
-    return model.lm_head(hidden), lay
+    return model.lm_head(hidden)

@@ -145,13 +145,14 @@ class RolloutBuilder:
             ents = [c["entropy"][: len(c["response_ids"]) - int(e)] for c, e in zip(cache, ends_eos.tolist())]
             seed_lens = entropy_seed_lengths(ents, k=cfg.seed_topk, generator=gen)
         seed_lens = seed_lens.tolist()
-        prompts, budgets = [], []
+        prompts, budgets, shared = [], [], []
         for k, ex in enumerate(buf["batches"][j]):
             for g in range(G):
                 c, m = cache[k * G + g], seed_lens[k * G + g]
                 prompts.append(self.prompt_ids[ex] + c["response_ids"][:m])
                 budgets.append(cfg.max_response_tokens - m)
-        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4))
+                shared.append(len(self.prompt_ids[ex]))
+        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4), prefix_lens=shared)
         rows = []
         for k, ex in enumerate(buf["batches"][j]):
             group = self._new_group()
@@ -201,14 +202,18 @@ class RolloutBuilder:
                      micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
                      micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
 
-    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False):
-        """Generate on every rank for a strided shard of the prompts, then gather (order preserved)."""
+    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False,
+                 prefix_lens: list[int] | None = None):
+        """Generate on every rank for a strided shard of the prompts, then gather (order preserved).
+        ``prefix_lens``: the question's length in each prompt (a seeded row continues question + seed)."""
         d = self.d
         mine = list(range(d.rank, len(prompts), d.world_size))
         todo = [i for i in mine if budgets[i] > 0]
         out = {}
         if todo:
             kw = {"logprobs": True} if logprobs else {}
+            if prefix_lens is not None:
+                kw["prefix_lens"] = [prefix_lens[i] for i in todo]
             comps = self.sampler.generate([prompts[i] for i in todo], max_new_tokens=[budgets[i] for i in todo],
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                           seed=mix_seed(seed, d.rank), **kw)

@@ -51,6 +51,7 @@ class Sampler(Protocol):
         top_p: float = 1.0,
         seed: int | None = None,
         logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
+        prefix_lens: Sequence[int] | None = None,  # leading tokens of each prompt that other rows share (a hint)
     ) -> list[Completion]: ...
 
     def update_weights(self, model: torch.nn.Module) -> None: ...
@@ -463,8 +464,14 @@ class HFSampler:
         top_p: float = 1.0,
         seed: int | None = None,
         logprobs: bool = False,
+        prefix_lens: Sequence[int] | None = None,
     ) -> list[Completion]:
+        """``prefix_lens[i]``: how many leading tokens of prompt i are a prefix that other prompts share (e.g. the
+        question before a Thinking Seeds seed); the prefill computes each distinct prefix once. Default: the whole
+        prompt, so only equal prompts share. A hint: the completions are the same whatever it says."""
         _check_generate_args(prompts, max_new_tokens, temperature, top_p)
+        if prefix_lens is not None and len(prefix_lens) != len(prompts):
+            raise ValueError(f"prefix_lens has {len(prefix_lens)} entries for {len(prompts)} prompts")
         budgets = _budgets(prompts, max_new_tokens)
         empty = [] if logprobs else None
         results: list[Completion | None] = [Completion([], "length", empty, empty) if m == 0 else None
@@ -483,8 +490,12 @@ class HFSampler:
                     idx = order[c0 : c0 + self.max_batch_size]
                     chunk = [list(prompts[i]) for i in idx]
                     limits = torch.tensor([budgets[i] for i in idx], device=device)
-                    run = self._generate_fast if self.fast else self._generate_generic
-                    for i, comp in zip(idx, run(chunk, limits, temperature, top_p, gen, device, logprobs)):
+                    if self.fast:
+                        pre = None if prefix_lens is None else [prefix_lens[i] for i in idx]
+                        comps = self._generate_fast(chunk, limits, temperature, top_p, gen, device, logprobs, pre)
+                    else:
+                        comps = self._generate_generic(chunk, limits, temperature, top_p, gen, device, logprobs)
+                    for i, comp in zip(idx, comps):
                         results[i] = comp
         finally:
             self.model.train(was_training)
@@ -492,7 +503,8 @@ class HFSampler:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _generate_fast(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
+    def _generate_fast(self, chunk, limits, temperature, top_p, gen, device, logprobs,
+                       prefix_lens=None) -> list[Completion]:
         max_new = int(limits.max())
         model = self.model
         inner = model.model
@@ -523,40 +535,20 @@ class HFSampler:
         mask_add = torch.zeros(b, 1, 1, cap, dtype=dtype, device=device)
         mask_add.masked_fill_((slot[None, :] < (L - lens_t)[:, None])[:, None, None, :], neg)
 
-        # ---- prefill, in groups of rows of similar length
-        logits = torch.empty(b, cfg.vocab_size, dtype=torch.float32, device=device)
-        r0 = 0
-        while r0 < b:
-            Lg = lens[r0]
-            rows = max(1, min(b - r0, self.prefill_tokens // Lg))
-            r1 = r0 + rows
-            ids = torch.tensor(
-                [[self.pad_token_id] * (Lg - len(p)) + p for p in chunk[r0:r1]], dtype=torch.long, device=device
-            )
-            pad = (Lg - lens_t[r0:r1])[:, None]  # [rows, 1]
-            ar = torch.arange(Lg, device=device)
-            pos = (ar[None, :] - pad).clamp(min=0)  # [rows, Lg]
-            key_ok = ar[None, :] >= pad  # [rows, Lg]
-            allowed = (ar[None, :, None] >= ar[None, None, :]) & key_ok[:, None, :]  # causal & not padding
-            allowed |= torch.eye(Lg, dtype=torch.bool, device=device)[None]  # pad queries see themselves: no NaN
-            m = torch.zeros(rows, 1, Lg, Lg, dtype=dtype, device=device).masked_fill_(~allowed[:, None], neg)
-            cache.prefill_rows, cache.prefill_start = (r0, r1), L - Lg
-            h = inner.embed_tokens(ids)
-            pe = (cos_t[pos], sin_t[pos])
-            for layer in inner.layers:
-                h = layer(h, attention_mask=m, position_embeddings=pe, **ckw)
-                if isinstance(h, tuple):  # older transformers return (hidden, ...)
-                    h = h[0]
-            logits[r0:r1] = model.lm_head(inner.norm(h[:, -1])).float()
-            r0 = r1
-        cache.prefill_rows = None
-        cache.length = L
-
-        # ---- decode
         decode_layers = None
         if all(_DecodeLayer.supports(layer) for layer in inner.layers):
             fuse = sum(p.numel() for p in model.parameters()) <= _DecodeLayer.FUSE_MAX_PARAMS
             decode_layers = [_DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
+
+        # ---- prefill
+        if decode_layers is not None:   # flat: no padding, each shared prefix once (trainer.flat)
+            logits = self._prefill_flat(chunk, prefix_lens, cache, L, device)
+        else:
+            logits = self._prefill_padded(chunk, lens, cache, ckw, cos_t, sin_t, L, neg, device)
+        cache.prefill_rows = None
+        cache.length = L
+
+        # ---- decode
         final_norm = _rms_norm(inner.norm) if decode_layers is not None else inner.norm
         book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = lens_t.clone()  # position id of the next token per buffer row
@@ -599,6 +591,70 @@ class HFSampler:
             next_pos = next_pos + 1
             logits = model.lm_head(final_norm(h[:, -1])).float()
         return book.completions()
+
+    def _prefill_flat(self, chunk, prefix_lens, cache: "_StaticKV", L: int, device) -> torch.Tensor:
+        """Next-token logits [b, V] of every row, its keys and values written right-aligned into cache slots
+        [0, L). Rows are split as shared prefix + own suffix (``prefix_lens``; default the whole prompt, so equal
+        prompts are computed once) and run flat (``trainer.flat``) in pieces of at most ``prefill_tokens``."""
+        from trainer.flat import build_layout, run_layout
+        from trainer.policy import micro_batches
+
+        model = self.model
+        cut = [len(p) if prefix_lens is None else max(1, min(int(k), len(p))) for p, k in
+               zip(chunk, prefix_lens if prefix_lens is not None else chunk)]
+        pre, suf = [p[:k] for p, k in zip(chunk, cut)], [p[k:] for p, k in zip(chunk, cut)]
+        pieces, _ = micro_batches([(len(a), len(x)) for a, x in zip(pre, suf)], rows=len(chunk),
+                                  tokens=self.prefill_tokens, prompt_keys=[tuple(a) for a in pre])
+        neg = torch.finfo(model.model.embed_tokens.weight.dtype).min
+        logits = torch.empty(len(chunk), model.config.vocab_size, dtype=torch.float32, device=device)
+        for idx in pieces:
+            lay = build_layout([pre[i] for i in idx], [suf[i] for i in idx], device=device, neg=neg, prefill=True)
+            # cache slot j of row i holds its token j - (L - len_i); slots before a row's first token read flat
+            # token 0 and stay masked (``mask_add``)
+            src = torch.tensor([[0] * (L - len(x)) + x for x in lay.seq], dtype=torch.long, device=device)
+            rows = torch.tensor(idx, dtype=torch.long, device=device)
+
+            def sink(layer_idx, k, v, src=src, rows=rows):   # k, v [N, n_kv, d]
+                for store, x in ((cache.k, k), (cache.v, v)):
+                    part = x.index_select(0, src.view(-1)).view(*src.shape, *x.shape[1:]).transpose(1, 2)
+                    store[layer_idx][rows, :, :L] = part
+
+            logits[rows] = run_layout(model, lay, kv_sink=sink).float()
+        return logits
+
+    def _prefill_padded(self, chunk, lens, cache: "_StaticKV", ckw, cos_t, sin_t, L, neg, device) -> torch.Tensor:
+        """The model's own decoder layers over left-padded groups of rows of similar length (layers the flat
+        path cannot drive): next-token logits [b, V], keys and values written into the cache."""
+        model, inner = self.model, self.model.model
+        b, dtype = len(chunk), inner.embed_tokens.weight.dtype
+        lens_t = torch.tensor(lens, device=device)
+        logits = torch.empty(b, model.config.vocab_size, dtype=torch.float32, device=device)
+        r0 = 0
+        while r0 < b:
+            Lg = lens[r0]
+            rows = max(1, min(b - r0, self.prefill_tokens // Lg))
+            r1 = r0 + rows
+            ids = torch.tensor(
+                [[self.pad_token_id] * (Lg - len(p)) + p for p in chunk[r0:r1]], dtype=torch.long, device=device
+            )
+            pad = (Lg - lens_t[r0:r1])[:, None]  # [rows, 1]
+            ar = torch.arange(Lg, device=device)
+            pos = (ar[None, :] - pad).clamp(min=0)  # [rows, Lg]
+            key_ok = ar[None, :] >= pad  # [rows, Lg]
+            allowed = (ar[None, :, None] >= ar[None, None, :]) & key_ok[:, None, :]  # causal & not padding
+            allowed |= torch.eye(Lg, dtype=torch.bool, device=device)[None]  # pad queries see themselves: no NaN
+            m = torch.zeros(rows, 1, Lg, Lg, dtype=dtype, device=device).masked_fill_(~allowed[:, None], neg)
+            cache.prefill_rows, cache.prefill_start = (r0, r1), L - Lg
+            h = inner.embed_tokens(ids)
+            pe = (cos_t[pos], sin_t[pos])
+            for layer in inner.layers:
+                h = layer(h, attention_mask=m, position_embeddings=pe, **ckw)
+                if isinstance(h, tuple):  # older transformers return (hidden, ...)
+                    h = h[0]
+            logits[r0:r1] = model.lm_head(inner.norm(h[:, -1])).float()
+            r0 = r1
+        cache.prefill_rows = None
+        return logits
 
     def _generate_generic(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
         """Any causal LM: model.forward with a DynamicCache, left padding and explicit position ids."""
@@ -762,6 +818,7 @@ class VLLMSampler:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        prefix_lens: Sequence[int] | None = None,   # unused: vLLM's prefix caching finds shared prefixes itself
     ) -> list[Completion]:
         _check_generate_args(prompts, max_new_tokens, temperature, top_p)
         budgets = _budgets(prompts, max_new_tokens)
