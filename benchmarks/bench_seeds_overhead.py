@@ -5,6 +5,8 @@ interval T = 8, state+action loss; ``dapo``: on-policy), both with ``ignore_eos=
 to the budget, so token counts are exact) and ``dynamic_sampling=false`` (no data-dependent extra rounds).
 Each run covers exactly one refresh cycle (T steps, the refresh step included) after a one-step warm-up run in
 the same interpreter (imports, thread pools, allocator); a sample is the mean ``time/step_s`` over the cycle.
+Both sides decode up to ``rollout_batch_size = T * B * G`` rows together: the refresh writes T batches in one
+generation, which a user gives the engine at once (on-policy steps have B * G rows, so it changes nothing there).
 Runs alternate seeds / seeds with ``behavior_logprobs=sampler`` / dapo in fresh interpreters: the default seeded
 side scores the refresh's cached batches with one no-grad trainer forward (exact, DESIGN §2.1); the second takes
 the behavior log-probs and entropies from the sampler while it decodes (no extra forward).
@@ -49,7 +51,8 @@ def cycle_run(*, algorithm: str, size: str, prompts: int, samples: int, max_toke
 
     R.score = timed_score
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
-            "seed_rule": "ratio", "seed_loss": "state+action", "behavior_logprobs": behavior_logprobs}
+            "seed_rule": "ratio", "seed_loss": "state+action", "behavior_logprobs": behavior_logprobs,
+            "rollout_batch_size": T * prompts * samples}
     kw = dict(size=size, prompts=prompts, samples=samples, max_tokens=max_tokens, overrides=over)
     ours_run(steps=1, **kw)   # warm-up (not measured)
     score_s.clear()

@@ -3,9 +3,10 @@
 Both sides: ``trainer.tiny`` model (same size and init seed), the embedded addition task, B prompts x G samples,
 at most ``max_tokens`` completion tokens, temperature 1, DAPO token-mean loss with clip 0.2 / 0.28, no KL and no
 reference model, one optimizer update per generation batch, fp32 on CPU with 2 threads. TRL computes the update
-in one forward/backward over all B*G rows (``per_device_train_batch_size = B*G``); ours accumulates over
-length-sorted micro-batches of at most 2048 padded tokens (``micro_batch_size = B*G``,
-``micro_batch_tokens = 2048``: less padding, same gradient), the setting a user would pick.
+in one forward/backward over all B*G rows (``per_device_train_batch_size = B*G``); ours runs its default
+padding-free forward (``train_forward=auto``: each prompt once, no padding) over micro-batches of at most 2048 of
+those tokens (``micro_batch_size = B*G``, ``micro_batch_tokens = 2048``: same gradient), the setting a user would
+pick.
 TRL: ``loss_type="dapo"``, ``beta=0``, ``epsilon_high=0.28``, ``bf16=False``, activation checkpointing off (its
 default is on), generation through ``model.generate``. Ours: ``trainer.train.train`` with dynamic sampling off
 (TRL has none) and no rollout records (TRL writes none).
@@ -15,7 +16,9 @@ A sample is the wall-clock between the ends of two consecutive optimizer steps, 
 and the set-up are never timed. Runs alternate ours, TRL, ours, TRL in fresh interpreters.
 
 Roofline: a large fp32 matmul gives the achievable FLOP/s; a step's FLOPs are estimated as
-6 * params * (tokens through forward+backward) + 2 * params * (prompt + generated tokens of the rollout).
+6 * params * (tokens through forward+backward) + 2 * params * (prompt + generated tokens of the rollout), counting
+every row's prompt: the nominal work of the step, which the flat forward and prefill do with fewer FLOPs (each
+prompt once), so their "share" is of that nominal work.
 """
 
 from __future__ import annotations

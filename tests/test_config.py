@@ -28,6 +28,8 @@ def test_overrides_are_typed():
     (["algorithm=seeds", "seed_rule=middle"], "seed_rule must be one of"),
     (["algorithm=luffy", "luffy_off_policy_per_group=8"], "luffy_off_policy_per_group must be in [1, samples_per_prompt)"),
     (["model=tiny:3m"], "tiny sizes are"),
+    (["train_forward=packed"], "train_forward must be auto, flat or model, got 'packed'"),
+    (["rollout_batch_size=0"], "rollout_batch_size must be >= 1, got 0"),
 ])
 def test_bad_configs_name_the_field(override, needle):
     with pytest.raises(ConfigError) as err:

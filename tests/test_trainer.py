@@ -177,6 +177,27 @@ def test_gradient_invariant_to_a_micro_batch_token_budget(tokens):
     assert diff <= 1e-6, f"micro_batch_tokens={tokens} changes the gradient by {diff}"
 
 
+@pytest.mark.parametrize("tokens", [0, 40])
+def test_flat_and_padded_forwards_give_the_same_gradient(tokens):
+    # the whole micro-batch path (grouping, loss aggregation over micro-batches) with either forward
+    ref = grads_for(12, train_forward="model", micro_batch_tokens=tokens)
+    for mb in (12, 5):
+        flat = grads_for(mb, train_forward="flat", micro_batch_tokens=tokens)
+        for k in ref:
+            err = float((ref[k] - flat[k]).abs().max() / ref[k].abs().max().clamp(min=1e-6))
+            assert err <= 1e-4, f"{k}: flat forward (micro_batch_size={mb}) differs by {err:.1e} (relative)"
+
+
+def test_the_rollout_batch_size_reaches_the_sampler():
+    from trainer.fsdp import Dist
+    from trainer.tiny import build_model, build_tokenizer
+    from trainer.train import make_rollout_engine
+    tok = build_tokenizer()
+    sampler, _ = make_rollout_engine(load_config(None, ["rollout_batch_size=1024"]), build_model("1m", tok), tok,
+                                     Dist())
+    assert sampler.max_batch_size == 1024
+
+
 def test_micro_batches_respect_rows_tokens_and_keep_ranks_in_step():
     from trainer.policy import micro_batches
     shapes = [(3, 10), (8, 2), (5, 30), (4, 4), (6, 1), (7, 12), (2, 0), (9, 25), (3, 3)]

@@ -60,6 +60,8 @@ class Config:
     temperature: float = 1.0
     top_p: float = 1.0
     ignore_eos: bool = False              # sample every response to max_response_tokens (throughput benchmarks, token accounting)
+    rollout_batch_size: int = 256         # rows decoded together (hf; vLLM's max_num_seqs): more = higher tokens/s and
+                                          # more KV-cache memory; a seeds refresh writes T batches at once and gains most
     vllm_gpu_memory_utilization: float = 0.4
     # --- DAPO ------------------------------------------------------------------------------------------
     clip_low: float = 0.2                 # epsilon_low
@@ -236,6 +238,7 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            f"samples_per_prompt must be >= 2 for group advantages, got {cfg.samples_per_prompt}")
     _check(cfg.max_response_tokens >= 1, "max_response_tokens must be >= 1")
     _check(cfg.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    _check(cfg.rollout_batch_size >= 1, f"rollout_batch_size must be >= 1, got {cfg.rollout_batch_size}")
     _check(cfg.train_forward in ("auto", "flat", "model"),
            f"train_forward must be auto, flat or model, got '{cfg.train_forward}'")
     _check(cfg.micro_batch_tokens >= 0, f"micro_batch_tokens must be >= 0 (0 = no token cap), got {cfg.micro_batch_tokens}")

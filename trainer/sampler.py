@@ -872,8 +872,8 @@ def make_sampler(model, tokenizer, *, engine: str = "hf", **kw) -> Sampler:
     """Build a sampler for `model`. engine: "hf" | "vllm" | "auto" (vLLM when CUDA and vllm are available).
 
     EOS ids default to the union of the tokenizer's and the generation config's; the pad id to the tokenizer's
-    (else the first EOS id). Other keywords go to the engine (`max_batch_size` for HF, `gpu_memory_utilization`
-    and vllm.LLM arguments for vLLM)."""
+    (else the first EOS id). Other keywords go to the engine (`max_batch_size` for HF, which vLLM receives as
+    `max_num_seqs`; `gpu_memory_utilization` and vllm.LLM arguments for vLLM)."""
     engines = ("hf", "vllm", "auto")
     if engine not in engines:
         raise ValueError(f"engine must be one of {engines}, got {engine!r}")
@@ -889,6 +889,8 @@ def make_sampler(model, tokenizer, *, engine: str = "hf", **kw) -> Sampler:
         pad = _eos_list(eos)[0]
     if engine == "hf":
         return HFSampler(model, eos_token_id=eos, pad_token_id=pad, **kw)
+    if "max_batch_size" in kw:   # the same knob in vLLM's words: sequences scheduled together
+        kw["max_num_seqs"] = kw.pop("max_batch_size")
     return VLLMSampler(model, eos_token_id=eos, pad_token_id=pad, tokenizer=tokenizer, **kw)
 
 

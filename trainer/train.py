@@ -318,6 +318,7 @@ def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
     from trainer.sampler import make_sampler
     engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
     kw = {"ignore_eos": True} if cfg.ignore_eos else {}
+    kw["max_batch_size"] = cfg.rollout_batch_size
     if cfg.engine != "hf":
         kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
     return make_sampler(engine_model, tokenizer, engine=cfg.engine, **kw), engine_model
