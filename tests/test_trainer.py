@@ -189,7 +189,6 @@ def test_flat_and_padded_forwards_give_the_same_gradient(tokens):
 
 
 def test_the_rollout_batch_size_reaches_the_sampler():
-    from trainer.fsdp import Dist
     from trainer.tiny import build_model, build_tokenizer
     from trainer.train import make_rollout_engine
     tok = build_tokenizer()

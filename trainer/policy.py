@@ -1,9 +1,10 @@
 """The policy model: building it, and the trainer's own forward that yields per-token log-probs and entropies.
 
 Old, behavior and current log-probs all come from ``response_logprobs`` so that they are computed the same way
-(one code path, one dtype). Sequences are laid out with left-padded prompts and right-padded responses, so the
-response occupies the same columns in every row and only ``R + 1`` logit columns are computed
-(``logits_to_keep``), never the prompt's.
+(one code path, one dtype), in one of two layouts: flat (``trainer/flat.py``: no padding, each distinct prompt
+once; Llama/Qwen2/Qwen3) or padded (``pack``: left-padded prompts and right-padded responses, so the response
+occupies the same columns in every row and only its R logit columns are computed, ``logits_to_keep``; any
+model). Both give the same numbers; ``forward`` / ``train_forward`` chooses.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
   off-policy tokens use f(pi) = pi/(pi+gamma) (``trainer/algos/luffy.py``), on-policy tokens are unclipped.
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
   mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens.
+
+Log-probs come from the padding-free, shared-prompt forward of ``trainer/flat.py`` for Llama/Qwen2/Qwen3 models
+(``train_forward=auto``; the same function as the model's own forward, which ``train_forward=model`` and
+unsupported or sharded models use).
 """
 
 from __future__ import annotations
