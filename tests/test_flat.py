@@ -129,3 +129,15 @@ def test_micro_batches_keep_groups_together_under_a_flat_token_budget():
     assert [b for b in batches if 0 in b][0] == [0]              # 10 + 3 + 9 = 22 > 20: row 1 starts the next
     batches, _ = micro_batches(shapes, rows=3, prompt_keys=keys)
     assert [len(b) for b in batches] == [3, 3, 3, 3]
+
+
+def test_flat_forward_in_bfloat16():
+    # the GPU dtype: the same numbers up to bf16 rounding, and gradients reach the bf16 weights
+    model = _model("qwen2").to(torch.bfloat16)
+    prompts, responses = _batch(seed=5)
+    lp_m, _, mask = response_logprobs(model, prompts, responses, pad_id=PAD, device="cpu", forward="model")
+    lp_f, _, mask_f = response_logprobs(model, prompts, responses, pad_id=PAD, device="cpu", forward="flat")
+    assert lp_f.dtype == torch.float32 and torch.equal(mask, mask_f)
+    assert (lp_m[mask] - lp_f[mask]).abs().max() < 2e-2          # log-probs are ~4 nats here
+    lp_f[mask].sum().backward()
+    assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
