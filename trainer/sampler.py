@@ -215,11 +215,14 @@ class _StaticKV:
     modules call (`update`). Prompts sit right-aligned in slots [0, L) (L = longest prompt of the batch), generated
     tokens follow in slot order, so one slot index serves every row and a decode step writes one column."""
 
-    def __init__(self, n_layers: int, b: int, n_kv: int, cap: int, head_dim: int, dtype, device):
-        # zeros, not empty: slots left of a short prompt are never written and garbage (NaN) there would leak
-        # through the attention product even with a zero weight
-        self.k = [torch.zeros(b, n_kv, cap, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(b, n_kv, cap, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, b: int, n_kv: int, cap: int, head_dim: int, dtype, device,
+                 zero: bool = True):
+        # zeros where a prefill leaves the slots left of a short prompt unwritten: garbage (NaN) there would leak
+        # through the attention product even with a zero weight. The flat prefill writes every slot below L
+        # (finite values, masked) and decoding writes each slot before reading it, so it needs no zeroing
+        new = torch.zeros if zero else torch.empty
+        self.k = [new(b, n_kv, cap, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [new(b, n_kv, cap, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
         self.length = 0  # filled slots (decode)
         self.prefill_rows: tuple[int, int] | None = None  # rows [r0, r1) being prefilled ...
         self.prefill_start = 0  # ... into slots [prefill_start, L)
@@ -519,7 +522,11 @@ class HFSampler:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         total = L + max_new
         cap = L + min(max_new, 512)  # grown geometrically if responses run long
-        cache = _StaticKV(n_layers, b, n_kv, cap, head_dim, dtype, device)
+        decode_layers = None
+        if all(_DecodeLayer.supports(layer) for layer in inner.layers):
+            fuse = sum(p.numel() for p in model.parameters()) <= _DecodeLayer.FUSE_MAX_PARAMS
+            decode_layers = [_DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
+        cache = _StaticKV(n_layers, b, n_kv, cap, head_dim, dtype, device, zero=decode_layers is None)
         ckw = {self._layer_cache_kw: cache}
 
         # rotary tables for every position this chunk can reach (static rope types only, see fast path check)
@@ -534,11 +541,6 @@ class HFSampler:
         slot = torch.arange(cap, device=device)
         mask_add = torch.zeros(b, 1, 1, cap, dtype=dtype, device=device)
         mask_add.masked_fill_((slot[None, :] < (L - lens_t)[:, None])[:, None, None, :], neg)
-
-        decode_layers = None
-        if all(_DecodeLayer.supports(layer) for layer in inner.layers):
-            fuse = sum(p.numel() for p in model.parameters()) <= _DecodeLayer.FUSE_MAX_PARAMS
-            decode_layers = [_DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
 
         # ---- prefill
         if decode_layers is not None:   # flat: no padding, each shared prefix once (trainer.flat)
