@@ -245,6 +245,19 @@ def test_draw_is_proportional_and_never_picks_a_zero_entry():
     assert _chi2_pvalue(counts[[1, 3, 4]], torch.full((3,), 1 / 3)) < 1e-3
     # a one-hot row always gives its index, whatever the uniform
     assert (draw(torch.tensor([[0.0, 0.0, 1.0]]).expand(100, 3), gen) == 2).all()
+    for bad in ([float("nan"), 1.0, 0.0], [0.0, 0.0, 0.0], [float("inf"), 1.0, 0.0]):
+        with pytest.raises(ValueError, match="NaN, infinite or all zero"):
+            draw(torch.tensor([[0.2, 0.3, 0.5], bad]), gen)
+
+
+def test_padded_prefill_for_layers_the_flat_path_cannot_drive(model, prompts, monkeypatch):
+    """Llama-type models whose decoder layers are not the standard ones prefill through the layers themselves."""
+    import trainer.sampler as S
+    monkeypatch.setattr(S._DecodeLayer, "supports", staticmethod(lambda layer: False))
+    sampler = HFSampler(model, eos_token_id=EOS, pad_token_id=PAD, prefill_tokens=48)
+    assert sampler.fast
+    out = sampler.generate(prompts, max_new_tokens=16, temperature=0.0)
+    assert [c.token_ids for c in out] == _hf_greedy(model, prompts, 16)
 
 
 def test_top_p_draws_only_from_the_nucleus(sharp_model):

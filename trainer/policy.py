@@ -56,9 +56,6 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *
     return ids.to(device), attn.to(device), pos.to(device), resp_ids.to(device), resp_mask.to(device)
 
 
-FORWARDS = ("auto", "flat", "model")
-
-
 def use_flat(model, forward: str) -> bool:
     """Whether ``response_logprobs`` takes ``trainer.flat`` for this model: ``auto`` when the architecture allows,
     ``flat`` always (an unsupported model is an error), ``model`` never."""

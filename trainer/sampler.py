@@ -120,7 +120,11 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     tokens keep their probability over large vocabularies). A zero entry is never drawn. On CPU this is ~10x
     faster than ``torch.multinomial``, which draws an exponential variate for every entry."""
     cdf = probs.to(torch.float64).cumsum(dim=-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    total = cdf[:, -1:]
+    if not bool(((total > 0) & torch.isfinite(total)).all()):   # as torch.multinomial refuses them
+        raise ValueError("cannot sample: a row of probabilities is NaN, infinite or all zero (NaN or inf logits "
+                         "from the model? check its weights and dtype)")
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * total
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
@@ -602,8 +606,10 @@ class HFSampler:
         from trainer.policy import micro_batches
 
         model = self.model
-        cut = [len(p) if prefix_lens is None else max(1, min(int(k), len(p))) for p, k in
-               zip(chunk, prefix_lens if prefix_lens is not None else chunk)]
+        if prefix_lens is None:
+            cut = [len(p) for p in chunk]
+        else:   # at least one prefix token (the flat layout's prompt part is never empty)
+            cut = [max(1, min(int(k), len(p))) for p, k in zip(chunk, prefix_lens)]
         pre, suf = [p[:k] for p, k in zip(chunk, cut)], [p[k:] for p, k in zip(chunk, cut)]
         pieces, _ = micro_batches([(len(a), len(x)) for a, x in zip(pre, suf)], rows=len(chunk),
                                   tokens=self.prefill_tokens, prompt_keys=[tuple(a) for a in pre])
