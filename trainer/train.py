@@ -374,6 +374,11 @@ def train(cfg: Config, d: Dist) -> Path:
             print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
     if d.is_main:
         dump_config(cfg, run_dir / "config.yaml")
+        if cfg.train_forward == "auto":   # say which forward the log-probs come from, and why not flat
+            from trainer.flat import unsupported_reason
+            why = unsupported_reason(model)
+            print("training forward: " + ("flat (trainer/flat.py)" if why is None else f"model's own ({why})"),
+                  file=sys.stderr)
     tracker = make_tracker(cfg, run_dir) if d.is_main else None
     bar = None
     if d.is_main and cfg.progress:
