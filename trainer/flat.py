@@ -17,8 +17,10 @@ token); tests compare log-probs and gradients with ``policy.pack`` + ``model.for
 verl calls the padding half of this "remove padding" and TRL "padding-free"; sharing the prompt among a group's
 samples is what makes GRPO-style batches (G samples per prompt) cheaper still.
 
-Prompts are shared by content, so rows of the same prompt share its computation whichever micro-batch they are
-in, as long as they are in the same one (``policy.micro_batches`` keeps them together when asked to).
+Prompts are matched by content: rows with the same prompt in one micro-batch share its computation
+(``policy.micro_batches`` keeps a prompt's rows together when asked to). The HF sampler prefills with the same
+layout (``prefill=True``: every token an input, one next-token logit per row, keys and values handed to its
+cache), with a shared prefix (the question) as the "prompt" and the rest of each row (a seed) as its "response".
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from trainer.sampler import apply_rotary, rotate_half_matrix
+from trainer.sampler import _DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """None when ``flat_forward`` computes the same function as ``model.forward``, else why not."""
-    from trainer.sampler import _DecodeLayer, fast_path_unsupported_reason
     reason = fast_path_unsupported_reason(model)
     if reason is not None:
         return reason
@@ -66,7 +67,6 @@ class FlatLayout:
     targets: torch.Tensor      # [M] the response tokens
     out_rows: torch.Tensor     # [M] where each prediction goes in the [n, R] output
     out_cols: torch.Tensor     # [M]
-    R: int                     # longest response (>= 1)
     seq: list[list[int]] | None = None   # prefill: flat indices of each row's whole sequence, in order
 
 
@@ -100,7 +100,7 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     r_off = [n_prompt]
     for L in q_len:
         r_off.append(r_off[-1] + L)
-    P, Q, R = max(p_len), max(q_len), max(1, max(len(r) for r in responses))
+    P, Q = max(p_len), max(q_len)
     U = len(uniq)
 
     ids = torch.tensor([t for p in uniq for t in p] + [t for r in inputs for t in r], dtype=torch.long)
@@ -145,7 +145,7 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
 
     return FlatLayout(ids=t(ids), pos=t(pos), n_prompt=n_prompt, p_idx=t(p_idx), p_mask=p_mask.to(device),
                       p_out=t(p_out), r_q=t(r_q), r_k=t(r_k), r_mask=r_mask.to(device), r_out=t(r_out),
-                      logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), R=R, seq=seq)
+                      logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), seq=seq)
 
 
 def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:   # x [N, heads, d], idx [B, S] -> [B, heads, S, d]
