@@ -6,7 +6,8 @@ M2PO with matched budgets, evaluates every final checkpoint and the warm-up on t
 ``eval.run``, runs relay inference between an early and the final on-policy checkpoint, computes the analyses
 and draws Figures 2-5, then prints a leaderboard, the stage timings and every path it wrote.
 
-Output: ``runs/demo`` (full: 9.5 minutes on 2 idle cores, measured; 17 minutes on one busy core) or
+Output: ``runs/demo`` (full: 6.2 minutes on 2 idle cores, measured; 9.5 before the flat forward; 17 minutes on
+one busy core then) or
 ``runs/demo-quick`` (``--quick``, the same pipeline at toy size: 1.8 minutes on 2 idle cores), or ``--out DIR``.
 Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
 """
