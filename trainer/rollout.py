@@ -177,10 +177,7 @@ class RolloutBuilder:
             rows = self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=100 + len(self.stale_queue),
                               behavior=from_sampler)
             if not from_sampler:
-                logp, _ = score(self.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
-                                pad_id=self.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size, d=self.d,
-                                temperature=cfg.temperature, micro_batch_tokens=cfg.micro_batch_tokens,
-                                forward=cfg.train_forward)
+                logp, _ = self._score([r.prompt_ids for r in rows], [r.response_ids for r in rows])
                 for r, lp in zip(rows, logp):
                     r.behavior_logp = lp.tolist()
             for r in rows:
@@ -198,7 +195,12 @@ class RolloutBuilder:
         if cfg.behavior_logprobs == "sampler" and all(c.logprobs is not None for c in comps):
             return ([torch.tensor(c.logprobs, dtype=torch.float32) for c in comps],
                     [torch.tensor(c.entropies, dtype=torch.float32) for c in comps])
-        return score(self.model, prompts, [c.token_ids for c in comps], pad_id=self.tokenizer.pad_token_id,
+        return self._score(prompts, [c.token_ids for c in comps])
+
+    def _score(self, prompts, responses) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """One no-grad forward of the trained module, batched and laid out as the update's forward."""
+        cfg = self.cfg
+        return score(self.model, prompts, responses, pad_id=self.tokenizer.pad_token_id,
                      micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
                      micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
 

@@ -170,6 +170,15 @@ class _DecodeBook:
     def any_alive(self) -> bool:
         return bool(self.alive.any())
 
+    def advance(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, gen):
+        """``step`` t, then what the decode loop needs: None when decoding is over (last step or no row alive),
+        else (the tokens of the rows that go on, the indices of those rows when some were dropped, else None)."""
+        tok = self.step(t, logits, temperature, top_p, gen)
+        if t == self.out.shape[1] - 1 or not self.any_alive():
+            return None
+        keep = self.drop_finished()
+        return (tok if keep is None else tok[keep]), keep
+
     def drop_finished(self) -> torch.Tensor | None:
         """Once an eighth of the current batch has finished, the indices of the rows to keep (else None)."""
         b_cur = self.alive.shape[0]
@@ -551,7 +560,6 @@ class HFSampler:
             logits = self._prefill_flat(chunk, prefix_lens, cache, L, device)
         else:
             logits = self._prefill_padded(chunk, lens, cache, ckw, cos_t, sin_t, L, neg, device)
-        cache.prefill_rows = None
         cache.length = L
 
         # ---- decode
@@ -565,15 +573,15 @@ class HFSampler:
 
         mask_kv = per_kv_head(mask_add)
         for t in range(max_new):
-            tok = book.step(t, logits, temperature, top_p, gen)
-            if t == max_new - 1 or not book.any_alive():
+            nxt = book.advance(t, logits, temperature, top_p, gen)
+            if nxt is None:
                 break
-            keep = book.drop_finished()
+            tok, keep = nxt
             if keep is not None:
                 cache.select_rows(keep)
                 mask_add = mask_add.index_select(0, keep)
                 mask_kv = per_kv_head(mask_add)
-                tok, next_pos = tok[keep], next_pos[keep]
+                next_pos = next_pos[keep]
             if cache.length + 1 > cache.capacity:
                 new_cap = min(total, 2 * cache.capacity)
                 cache.grow(new_cap)
@@ -689,14 +697,14 @@ class HFSampler:
         book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = pos[:, -1] + 1
         for t in range(max_new):
-            tok = book.step(t, logits, temperature, top_p, gen)
-            if t == max_new - 1 or not book.any_alive():
+            nxt = book.advance(t, logits, temperature, top_p, gen)
+            if nxt is None:
                 break
-            keep = book.drop_finished()
+            tok, keep = nxt
             if keep is not None:
                 cache.batch_select_indices(keep)
                 am = am.index_select(0, keep)
-                tok, next_pos = tok[keep], next_pos[keep]
+                next_pos = next_pos[keep]
             o = model(
                 input_ids=tok[:, None],
                 attention_mask=am[:, : L + t + 1],
