@@ -1,6 +1,6 @@
 """Per-position binning (``tsanalysis positions``) over a large synthetic run vs a bare numpy pass in memory.
 
-The run directory is synthesised in the real rollout schema (``trainer.records.ROLLOUT_SCHEMA``), written with
+The run directory is synthesised in the real rollout schema (``contracts.records.ROLLOUT_SCHEMA``), written with
 pyarrow directly (list columns built from flat numpy buffers and offsets, no Python lists), ``rows_per_file``
 responses per step file, zstd like the trainer. Lengths are uniform in [L/2, 3L/2), half the rows are seeded
 (seed_len = round(0.5 * length)), entropies are exponential, ~0.2 % of loss tokens are clipped. ``response_text``
@@ -53,7 +53,7 @@ def write_synthetic_run(run_dir: str | Path, *, tokens: int, mean_len: int = 102
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trainer.records import ROLLOUT_SCHEMA, rollout_path
+    from contracts.records import ROLLOUT_SCHEMA, rollout_path
 
     rng = np.random.default_rng(seed)
     run_dir = Path(run_dir)
@@ -150,7 +150,7 @@ def _load_arrays(run_dir: str) -> list[tuple]:
     """Per file: entropy f32, clipped_low, clipped_high, loss_mask (bool), offsets, seed_len (in memory)."""
     import pyarrow.parquet as pq
 
-    from trainer.records import list_steps
+    from contracts.records import list_steps
     out = []
     for _, path in list_steps(run_dir):
         t = pq.read_table(path, columns=["entropy", "clipped_low", "clipped_high", "loss_mask", "seed_len"])

@@ -3,7 +3,7 @@
 Runs only where CUDA is available (skipped with a message otherwise). The model is a Qwen2-architecture
 causal LM with Qwen2.5-0.5B's shapes (24 layers, hidden 896, 14 heads / 2 KV heads, MLP 4864, vocab 151,936,
 tied embeddings; 494M parameters), randomly initialised from a config: nothing is downloaded. Prompts are the
-addition task through the character tokenizer of ``trainer.tiny`` (token ids < 100; the model may sample any of
+addition task through the character tokenizer of ``inference.tiny`` (token ids < 100; the model may sample any of
 its 151,936 ids, which decode to nothing, so rewards are 0 and every group has zero advantage: the step still
 does all its work; ``ignore_eos`` makes every response exactly ``max_tokens`` long).
 
@@ -71,7 +71,7 @@ def _patched_trainer(spec: str, max_model_len: int):
     so an in-process caller such as the CPU plumbing test leaves the trainer as it found it)."""
     import trainer.sampler as S
     import trainer.train as TT
-    from trainer.tiny import build_tokenizer
+    from inference.tiny import build_tokenizer
 
     def build_policy(model_name, *, dtype, seed):
         tok = build_tokenizer()
@@ -99,7 +99,7 @@ def rollout_run(*, spec: str, batch: int, prompt_len: int, new_tokens: int, repe
     import torch
 
     from trainer.sampler import HFSampler, VLLMSampler
-    from trainer.tiny import build_tokenizer
+    from inference.tiny import build_tokenizer
 
     tok = build_tokenizer()
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,10 +1,10 @@
 """Grader throughput: math answers per second and sandboxed test executions per second; sandbox overhead.
 
-- Math: ``eval.grading.pool.grade_math_many`` (extraction + math-verify, one worker process per core, the pool
+- Math: ``scoring.pool.grade_math_many`` (extraction + math-verify, one worker process per core, the pool
   started and warmed before timing) on a fixed corpus of responses: integers, fractions vs decimals, radicals,
   intervals, polynomials, tuples, wrong answers and unboxed responses, each behind ~1 kB of reasoning text.
   For context the same items graded one by one in this process (``math_item``, one core).
-- Code: ``eval.sandbox.run_many`` (a thread per core) of ``run_cases`` calls, each running a small stdin program
+- Code: ``scoring.sandbox.run_many`` (a thread per core) of ``run_cases`` calls, each running a small stdin program
   on ``cases`` test inputs with every isolation layer on (namespaces, jail, uid 65534, rlimits, cgroup).
   Reported as test executions per second.
 - Overhead: one ``run_program("pass")`` (a whole sandbox call: unshare, runner, jail, one case) vs one bare
@@ -71,8 +71,8 @@ def params_for(ctx) -> dict:
 
 
 def run(ctx) -> BenchResult:
-    from eval.grading.pool import WorkerPool, default_workers, grade_math_many, math_item
-    from eval.sandbox import isolation, run_cases, run_many, run_program
+    from scoring.pool import WorkerPool, default_workers, grade_math_many, math_item
+    from scoring.sandbox import isolation, run_cases, run_many, run_program
 
     p = params_for(ctx)
     workers = default_workers()

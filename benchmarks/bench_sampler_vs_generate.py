@@ -1,6 +1,6 @@
 """Sampling throughput: our ``HFSampler`` vs ``transformers``' ``model.generate`` on the same model and batch.
 
-The same tiny Llama (``trainer.tiny``), the same prompts (addition task, left-padded for ``generate``), the same
+The same tiny Llama (``inference.tiny``), the same prompts (addition task, left-padded for ``generate``), the same
 batch and number of new tokens, temperature 1 and top_p 1 (plain multinomial sampling), KV cache on both sides,
 EOS ignored on both (``HFSampler(ignore_eos=True)``; ``generate`` with ``eos_token_id=None``) so both produce
 exactly ``batch * new_tokens`` tokens. Tokens per second, alternating ours / generate, for each length.
@@ -27,7 +27,7 @@ def params_for(ctx) -> dict:
 def make_hf_sampler(model, tokenizer, **kw):
     """An ``HFSampler`` that never stops at EOS (``ignore_eos`` when the sampler has it, else an EOS id that
     cannot be sampled)."""
-    from trainer.sampler import HFSampler
+    from inference.hf import HFSampler
     if "ignore_eos" in inspect.signature(HFSampler.__init__).parameters:
         return HFSampler(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          ignore_eos=True, **kw)
@@ -38,8 +38,8 @@ def run(ctx) -> BenchResult:
     import torch
     from transformers import GenerationConfig
 
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer
 
     set_threads(ctx.threads)
     p = params_for(ctx)

@@ -56,8 +56,8 @@ def trainer_rows(p: dict, ctx) -> list[dict]:
     from trainer.config import load_config
     from trainer.fsdp import Dist
     from trainer.rollout import Rollout
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer
     from trainer.train import assign_advantages, make_scheduler, update
 
     tok = build_tokenizer()
@@ -99,8 +99,8 @@ def trainer_rows(p: dict, ctx) -> list[dict]:
 
 def sampler_rows(p: dict, ctx) -> list[dict]:
     from benchmarks.bench_sampler_vs_generate import make_hf_sampler
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer
 
     tok = build_tokenizer()
     model = build_model(p["size"], tok, seed=0).eval()
@@ -120,8 +120,8 @@ def sampler_rows(p: dict, ctx) -> list[dict]:
 
 def grader_rows(p: dict, ctx) -> list[dict]:
     from benchmarks.bench_graders import _PROGRAM, math_items
-    from eval.grading.pool import WorkerPool, default_workers, grade_math_many, math_item
-    from eval.sandbox import run_cases, run_many
+    from scoring.pool import WorkerPool, default_workers, grade_math_many, math_item
+    from scoring.sandbox import run_cases, run_many
 
     workers = default_workers()
     reps = min(ctx.repeats, p["repeats_cap"])

@@ -1,6 +1,6 @@
 """One optimizer step of our trainer vs TRL's GRPOTrainer on the same tiny Llama, prompts and DAPO settings.
 
-Both sides: ``trainer.tiny`` model (same size and init seed), the embedded addition task, B prompts x G samples,
+Both sides: ``inference.tiny`` model (same size and init seed), the embedded addition task, B prompts x G samples,
 at most ``max_tokens`` completion tokens, temperature 1, DAPO token-mean loss with clip 0.2 / 0.28, no KL and no
 reference model, one optimizer update per generation batch, fp32 on CPU with 2 threads. TRL computes the update
 in one forward/backward over all B*G rows (``per_device_train_batch_size = B*G``); ours runs its default
@@ -76,7 +76,7 @@ def ours_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: i
             metrics = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     finally:
         T._append_jsonl = original
-    from trainer.tasks import get_task
+    from scoring.tasks import get_task
     exs = get_task("addition").make_examples(cfg.num_train_examples, seed=seed, **cfg.task_kwargs)
     prompt_len = statistics.mean(len(e["prompt"]) for e in exs)   # one token per character (tiny tokenizer)
     return {
@@ -91,7 +91,7 @@ def ours_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: i
 
 # ---------------------------------------------------------------------------------------------- TRL (child)
 def _addition_reward(completions, answer, **_):
-    from trainer.tasks import get_task
+    from scoring.tasks import get_task
     task = get_task("addition")
     return [task.reward(c, {"answer": a}) for c, a in zip(completions, answer)]
 
@@ -106,8 +106,8 @@ def trl_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: in
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer
 
     warnings.filterwarnings("ignore")
     logging.getLogger("trl").setLevel(logging.ERROR)
@@ -191,7 +191,7 @@ def run(ctx) -> BenchResult:
     res.info["ours_mean_completion_tokens"] = ours_len
     res.info["trl_mean_completion_tokens"] = statistics.mean(trl_lens) if trl_lens else float("nan")
     # roofline share of our step
-    from trainer.tiny import build_model, build_tokenizer, num_parameters
+    from inference.tiny import build_model, build_tokenizer, num_parameters
     n_params = num_parameters(build_model(p["size"], build_tokenizer()))
     n_rows = p["prompts"] * p["samples"]
     prompt_tokens = n_rows * ours_out[0]["prompt_len"]

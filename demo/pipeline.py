@@ -56,7 +56,7 @@ class Budget:
     """Sizes of one demo. Every RL run gets the same steps, prompts, samples, response budget and learning rate."""
 
     name: str
-    model_size: str               # trainer.tiny size of the policy
+    model_size: str               # inference.tiny size of the policy
     warmup_max_steps: int         # supervised steps at most (batch 64, lr 3e-3, cosine)
     warmup_stop_loss: float       # ... stopped once the mean solution loss of the last 20 steps is at or below this
     total_steps: int              # RL optimizer steps per run
@@ -72,7 +72,7 @@ class Budget:
     eval_limit: int | None        # held-out problems scored (None: the benchmark's whole split)
     relay_n: int                  # relay samples per problem (relay and final-only each)
     relay_limit: int | None       # relay problems (None: the whole split)
-    task: str = "addition"        # embedded task (trainer.tasks) and benchmark (eval.benchmarks.tasks) of the same name
+    task: str = "addition"        # embedded task (scoring.tasks) and benchmark (eval.benchmarks.tasks) of the same name
     warmup_pool: int = 20000      # supervised examples generated (test prompts removed)
     train_pool: int = 4000        # RL prompts generated (test prompts removed)
 
@@ -201,8 +201,8 @@ def heldout_prompts(task: str) -> set[str]:
 
 def make_data(out: Path, budget: Budget, *, log: Log) -> Path:
     """``out/data/<task>_train.jsonl``: the RL prompt pool, with every held-out test prompt removed."""
-    from trainer.tasks import get_task
-    from trainer.tasks.make import write_jsonl
+    from scoring.tasks import get_task
+    from scoring.tasks.make import write_jsonl
 
     path = out / "data" / f"{budget.task}_train.jsonl"
     if path.is_file():
@@ -224,8 +224,8 @@ def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
         log(f"warm-up checkpoint exists: {path}")
         return path, json.loads(summary_file.read_text())
     from trainer.sft import sft
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
 
     held = heldout_prompts(budget.task)
     pool = [r for r in get_task(budget.task).make_examples(budget.warmup_pool, seed=WARMUP_DATA_SEED)

@@ -1,4 +1,4 @@
-"""Scores of sample files: avg@n, pass@k and bootstrap intervals over problems (estimators: tsanalysis.core.passk).
+"""Scores of sample files: avg@n, pass@k and bootstrap intervals over problems (estimators: contracts.passk).
 
 avg@n is the mean over problems of c_i / n_i (c correct of n samples); pass@k the mean over problems of the
 unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021), for k = 1, 2, 4, ... up to the smallest n (k > n is
@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tsanalysis.core.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k
+from contracts.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k
 
 __all__ = ["counts", "default_ks", "summarize", "compare", "N_BOOT", "SEED"]
 

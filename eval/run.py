@@ -1,7 +1,7 @@
 """Score checkpoints on benchmarks: ``python -m eval.run --model PATH_OR_ID --benchmarks aime24,math500 ...``
 
 For every model and benchmark: render each problem with the prompt template, sample n completions per problem
-(``trainer.sampler``; one completion per prompt, the prompt repeated n times), decode, grade, and append one line
+(``inference``; one completion per prompt, the prompt repeated n times), decode, grade, and append one line
 per problem to ``<out>/<model>/<benchmark>.jsonl`` (format: ``eval.samples``). Problems already in the file are
 skipped, so an interrupted run resumes where it stopped; a file written with other settings is an error.
 Math answers are graded by math-verify in a process pool with a hard per-item timeout, and cross-checked by the
@@ -31,9 +31,9 @@ from typing import Sequence
 
 from eval.benchmarks import BENCHMARKS, get_benchmark
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.jsonl import iter_jsonl
+from contracts.jsonl import iter_jsonl
 from eval.samples import append_row, check_settings, read_samples, repair
-from eval.templates import TEMPLATES, render_prompt
+from scoring.templates import TEMPLATES, render_prompt
 
 __all__ = ["main", "model_name", "grade_responses", "evaluate_samples", "evaluate_model"]
 
@@ -68,7 +68,7 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
                     pool=None, progress: bool = False) -> tuple[list[list[Verdict]], list[list[bool]] | None, int]:
     """Verdicts per problem and sample; for math also the Qwen-style verdicts and the number of timeouts.
 
-    Math goes through ``pool`` (an ``eval.grading.pool.WorkerPool(apply)``); code is graded on threads (each
+    Math goes through ``pool`` (an ``scoring.pool.WorkerPool(apply)``); code is graded on threads (each
     sandbox call is its own isolated subprocess with its own limits); task rewards are instantaneous, in this
     process.
     """
@@ -77,7 +77,7 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
     if bench.kind == "code":
         from concurrent.futures import ThreadPoolExecutor
 
-        from eval.grading.pool import default_workers
+        from scoring.pool import default_workers
         jobs = [(p, r) for p, rs in zip(problems, responses) for r in rs]
         with ThreadPoolExecutor(max_workers=default_workers()) as ex:
             flat = list(ex.map(lambda job: bench.grade(job[1], job[0]), jobs))
@@ -86,8 +86,8 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
             out.append(flat[i:i + len(rs)])
             i += len(rs)
         return out, None, 0
-    from eval.grading.math import extract_answer
-    from eval.grading.pool import WorkerPool, apply, qwen_item
+    from scoring.math import extract_answer
+    from scoring.pool import WorkerPool, apply, qwen_item
     items, where = [], []
     for pi, (p, rs) in enumerate(zip(problems, responses)):
         multi, unit = bool(p.meta.get("multiple_answer", False)), p.meta.get("unit")
@@ -129,7 +129,7 @@ def _row(problem: Problem, prompt: str, responses, verdicts, qwen, finish, setti
 
 def write_disagreements(path: Path) -> tuple[float, int] | None:
     """Rewrite ``<benchmark>.disagreements.jsonl`` from a math sample file; (rate, rows) or None (not math)."""
-    from eval.grading.qwen import disagreements
+    from scoring.qwen import disagreements
     rows = read_samples(path)
     if not rows or "correct_qwen" not in rows[0]:
         return None
@@ -225,24 +225,6 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
     return path
 
 
-# end-of-turn tokens of the chat formats our templates write out: a base model (Qwen2.5-Math-7B's EOS is
-# <|endoftext|>) prompted in chat format ends its turn with <|im_end|>, which must stop generation too
-END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>")
-
-
-def stop_ids(model, tokenizer) -> list[int]:
-    """EOS ids of the tokenizer and generation config, plus the end-of-turn tokens the vocabulary has."""
-    ids: list[int] = []
-    gc = getattr(model, "generation_config", None)
-    for src in (getattr(tokenizer, "eos_token_id", None), getattr(gc, "eos_token_id", None)):
-        for e in ([src] if isinstance(src, int) else list(src or [])):
-            if e not in ids:
-                ids.append(int(e))
-    vocab = tokenizer.get_vocab()
-    ids += [vocab[t] for t in END_OF_TURN if t in vocab and vocab[t] not in ids]
-    return ids
-
-
 def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Problem], dict]], out_dir: Path, *,
                    engine: str, seed: int, pool=None, chunk_sequences: int = 512, device=None, dtype=None,
                    gpu_memory_utilization: float = 0.85, progress: bool = True) -> None:
@@ -250,22 +232,19 @@ def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Pro
     settings already checked against existing files (``_prepare``), so nothing expensive starts before errors."""
     from tqdm.auto import tqdm
 
-    import importlib.util
-
     import torch
 
-    from trainer.sampler import load_policy, make_sampler
+    from inference import load_policy, make_sampler, resolve_engine
     cuda = torch.cuda.is_available()
-    if engine == "auto":
-        engine = "vllm" if cuda and importlib.util.find_spec("vllm") is not None else "hf"
+    engine = resolve_engine(engine)
     if engine == "vllm":   # vLLM loads the weights itself; the HF copy stays on the CPU in bf16
         model, tokenizer = load_policy(spec, device=None, dtype=dtype or "bfloat16")
-        sampler = make_sampler(model, tokenizer, engine="vllm", eos_token_id=stop_ids(model, tokenizer),
+        sampler = make_sampler(model, tokenizer, engine="vllm",
                                gpu_memory_utilization=gpu_memory_utilization)
     else:
         model, tokenizer = load_policy(spec, device=device or ("cuda" if cuda else None),
                                        dtype=dtype or ("bfloat16" if cuda else None))
-        sampler = make_sampler(model, tokenizer, engine="hf", eos_token_id=stop_ids(model, tokenizer))
+        sampler = make_sampler(model, tokenizer, engine="hf")
     for bench, problems, settings in benches:
         path = out_dir / name / f"{bench.name}.jsonl"
         todo = _prepare(path, problems, settings)
@@ -377,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             problems = problems[:args.limit]
         loaded.append((bench, problems))
 
-    from eval.grading.pool import WorkerPool, apply
+    from scoring.pool import WorkerPool, apply
     pool = WorkerPool(apply, timeout=args.grade_timeout, workers=args.workers) if any(
         b.kind == "math" for b in benches) else None
     try:

@@ -37,8 +37,8 @@ def shared_data() -> Path:
 def sft_policy_dir(tmp_path_factory) -> Path:
     """A 1m tiny model after a short supervised warm-up on addition: usable but imperfect (built once)."""
     from trainer.sft import sft
-    from trainer.tasks import get_task
-    from trainer.tiny import build_model, build_tokenizer, save_pretrained_atomic
+    from scoring.tasks import get_task
+    from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
 
     out = tmp_path_factory.mktemp("policy") / "sft-1m-addition"
     tokenizer = build_tokenizer()

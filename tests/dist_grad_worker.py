@@ -7,7 +7,7 @@ import torch
 from test_trainer import fixed_rollouts
 from trainer.config import load_config
 from trainer.fsdp import init_distributed, shard_model, shutdown
-from trainer.tiny import build_model, build_tokenizer
+from inference.tiny import build_model, build_tokenizer
 from trainer.train import backward_minibatch
 
 

@@ -1,4 +1,4 @@
-"""Synthetic run directories for tests: rollout files written through ``trainer.records.write_rollouts``.
+"""Synthetic run directories for tests: rollout files written through ``contracts.records.write_rollouts``.
 
     from helpers_runs import make_row, write_run
     run = write_run(tmp_path / "run", {0: [make_row(entropy=[1, 2, 3]), ...], 1: [...]})
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trainer import records
+from contracts import records
 
 _PER_TOKEN = ("logp_old", "logp_behavior", "entropy", "ratio", "clipped_low", "clipped_high", "loss_mask")
 

@@ -16,8 +16,8 @@ import pytest
 
 from eval.benchmarks import humaneval as he
 from eval.benchmarks import livecodebench as lcb
-from eval.grading.code import CodeTest, extract_code, grade_code, stdout_matches
-from eval.sandbox import isolation, run_many, run_program
+from scoring.code import CodeTest, extract_code, grade_code, stdout_matches
+from scoring.sandbox import isolation, run_many, run_program
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lcb"
 HUMANEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "code" / "humaneval" / "HumanEval.jsonl.gz"

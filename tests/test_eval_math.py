@@ -13,10 +13,10 @@ import pytest
 
 from eval.benchmarks import BENCHMARKS, MATH_BENCHMARKS, get_benchmark
 from eval.benchmarks.base import Problem
-from eval.grading.math import extract_answer, extract_boxed, gold_parses, grade_math, normalize_gold, split_top_level
-from eval.grading.pool import WorkerPool, apply, grade_math_many, math_item, qwen_item
-from eval.grading.qwen import disagreements, math_equal
-from eval.templates import TEMPLATES, render_prompt
+from scoring.math import extract_answer, extract_boxed, gold_parses, grade_math, normalize_gold, split_top_level
+from scoring.pool import WorkerPool, apply, grade_math_many, math_item, qwen_item
+from scoring.qwen import disagreements, math_equal
+from scoring.templates import TEMPLATES, render_prompt
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -287,7 +287,7 @@ def test_math_loader_sources(tmp_path, monkeypatch):
 
 
 def test_pure_modules_import_nothing_heavy():
-    code = ("import sys, eval.grading.math, eval.grading.qwen, eval.metrics, eval.templates; "
+    code = ("import sys, scoring.math, scoring.qwen, eval.metrics, scoring.templates; "
             "bad = [m for m in ('torch', 'vllm', 'transformers', 'datasets', 'lm_eval', 'math_verify', 'sympy') "
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

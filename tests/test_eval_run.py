@@ -293,7 +293,7 @@ def test_repair_cuts_only_a_partial_last_line(tmp_path):
 # ---- task benchmarks and a tiny model end to end ---------------------------------------------------------------
 
 def test_task_benchmarks(tmp_path):
-    pytest.importorskip("trainer.tasks")
+    pytest.importorskip("scoring.tasks")
     add = get_benchmark("addition")
     ps = add.load()
     assert len(ps) == 200 and ps[0].id == "addition-s10000-000000" and add.load()[7] == ps[7]
@@ -314,8 +314,7 @@ def test_task_benchmarks(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    pytest.importorskip("trainer.sampler")
-    tiny = pytest.importorskip("trainer.tiny")
+    tiny = pytest.importorskip("inference.tiny")
     out = tmp_path_factory.mktemp("tiny") / "tiny-1m"
     tiny.main(["--out", str(out), "--size", "1m"])
     return out
@@ -342,18 +341,3 @@ def test_tiny_model_end_to_end(tiny_model, tmp_path):
     assert "tiny-1m" in (tmp_path / "leaderboard.md").read_text()
     with pytest.raises(ValueError, match="other settings"):
         run.main(args[:-2] + ["--engine", "hf", "--seed", "1"])
-
-
-def test_stop_ids_add_end_of_turn_tokens():
-    class GC:
-        eos_token_id = [151643, 7]
-
-    class Model:
-        generation_config = GC()
-
-    class Tok:
-        eos_token_id = 151643
-
-        def get_vocab(self):
-            return {"<|endoftext|>": 151643, "<|im_end|>": 151645, "a": 1}
-    assert run.stop_ids(Model(), Tok()) == [151643, 7, 151645]

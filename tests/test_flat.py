@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from trainer.flat import build_layout, unsupported_reason
+from inference.flat import build_layout, unsupported_reason
 from trainer.policy import micro_batches, response_logprobs, use_flat
 
 PAD = 0

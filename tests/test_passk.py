@@ -1,4 +1,4 @@
-"""pass@k (tsanalysis.core.passk): the unbiased estimator against brute-force subset enumeration, refusals, and
+"""pass@k (contracts.passk): the unbiased estimator against brute-force subset enumeration, refusals, and
 the bootstrap intervals' determinism."""
 
 from itertools import combinations
@@ -6,7 +6,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from tsanalysis.core.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k, pass_at_k_curve
+from contracts.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k, pass_at_k_curve
 
 
 def brute_pass_at_k(n: int, c: int, k: int) -> float:

@@ -1,4 +1,4 @@
-"""Tests for trainer/sampler.py: HFSampler against transformers' own generate and softmax, EOS/length handling,
+"""Tests for the inference engines (inference/hf.py, engines.py, loading.py): HFSampler against transformers' own generate and softmax, EOS/length handling,
 seed continuation, determinism; the vLLM engine only on a GPU machine."""
 
 import copy
@@ -9,7 +9,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from trainer.sampler import Completion, HFSampler, VLLMSampler, load_policy, make_sampler
+from inference import Completion, load_policy, make_sampler
+from inference.hf import HFSampler
+from inference.vllm_engine import VLLMSampler
 
 EOS = 2
 PAD = 0
@@ -162,7 +164,7 @@ def test_seed_continuation_equals_tail_of_greedy(model, prompts):
 def test_shared_prefixes_are_prefilled_once_with_the_same_completions(model, prompts, prefill_tokens, monkeypatch):
     """Seeded rows (question + seed) of the same question share its prefill; greedy tails and per-token
     log-probs are those of the unshared prefill, also when the prefill is cut into pieces that split a group."""
-    import trainer.flat as flat
+    import inference.flat as flat
     sampler = HFSampler(model, eos_token_id=1000, pad_token_id=PAD, prefill_tokens=prefill_tokens)
     qs = prompts[:3]
     full = sampler.generate(qs, max_new_tokens=12, temperature=0.0)
@@ -234,7 +236,7 @@ def test_first_token_frequencies_match_softmax(sharp_model, temperature):
 
 
 def test_draw_is_proportional_and_never_picks_a_zero_entry():
-    from trainer.sampler import draw
+    from inference.hf import draw
     weights = torch.tensor([0.0, 5.0, 0.0, 3.0, 2.0, 0.0])        # unnormalised, zeros at both ends
     gen = torch.Generator().manual_seed(0)
     drawn = draw(weights.expand(20000, 6), gen)
@@ -252,8 +254,8 @@ def test_draw_is_proportional_and_never_picks_a_zero_entry():
 
 def test_padded_prefill_for_layers_the_flat_path_cannot_drive(model, prompts, monkeypatch):
     """Llama-type models whose decoder layers are not the standard ones prefill through the layers themselves."""
-    import trainer.sampler as S
-    monkeypatch.setattr(S._DecodeLayer, "supports", staticmethod(lambda layer: False))
+    import inference.layers as L
+    monkeypatch.setattr(L.DecodeLayer, "supports", staticmethod(lambda layer: False))
     sampler = HFSampler(model, eos_token_id=EOS, pad_token_id=PAD, prefill_tokens=48)
     assert sampler.fast
     out = sampler.generate(prompts, max_new_tokens=16, temperature=0.0)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from test_sampler import _tiny_llama
-from trainer.sampler import HFSampler
+from inference.hf import HFSampler
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import sandbox as sb
-from eval.grading.code import grade_code
+from scoring import sandbox as sb
+from scoring.code import grade_code
 
 ISO = sb.isolation()
 full = pytest.mark.skipif(not ISO.full, reason=f"needs full sandbox isolation: {ISO.reason}")
@@ -270,7 +270,7 @@ def test_grader_death_takes_its_sandboxes_along():
     import sys
     before = set(_procs_of_uid(65534))
     grader = subprocess.Popen([sys.executable, "-c",
-                               "from eval import sandbox as sb\n"
+                               "from scoring import sandbox as sb\n"
                                "print('started', flush=True)\n"
                                "sb.run_program('import time\\ntime.sleep(60)', timeout_s=60)\n"],
                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)

@@ -10,7 +10,7 @@ from conftest import TASK_KWARGS
 from trainer.algos import aggregate, token_factor
 from trainer.config import load_config
 from trainer.fsdp import Dist
-from trainer.records import read_rollouts
+from contracts.records import read_rollouts
 from trainer.rollout import Rollout
 from trainer.train import loss_normalizer, token_losses, train
 

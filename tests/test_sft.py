@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer import sft as sft_mod
-from trainer.tasks import addition
-from trainer.tiny import build_model, build_tokenizer
+from scoring.tasks import addition
+from inference.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,12 @@
-"""trainer.tasks: deterministic generators, solver traces, rewards (right and hand-built wrong answers)."""
+"""scoring.tasks: deterministic generators, solver traces, rewards (right and hand-built wrong answers)."""
 
 import json
 from collections import Counter
 
 import pytest
 
-from trainer.tasks import TASKS, addition, countdown, get_task
-from trainer.tasks import make as make_cli
+from scoring.tasks import TASKS, addition, countdown, get_task
+from scoring.tasks import make as make_cli
 
 
 def test_registry_is_a_plain_dict():
@@ -216,7 +216,7 @@ def test_tasks_import_no_torch():
     import sys
 
     code = (
-        "import sys, trainer.tasks, trainer.tasks.make; "
+        "import sys, scoring.tasks, scoring.tasks.make; "
         "print(sorted({'torch', 'numpy', 'transformers'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""trainer.tiny: char tokenizer layout and round-trip, tiny Llama sizes, save/reload equivalence."""
+"""inference.tiny: char tokenizer layout and round-trip, tiny Llama sizes, save/reload equivalence."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from trainer import tiny
+from inference import tiny
 
 TEXTS = [
     "347+85\n7+5+0=12\n4+8+1=13\n3+0+1=4\n= 432",

@@ -17,7 +17,7 @@ from conftest import REPO, TASK_KWARGS
 from trainer.config import load_config
 from trainer.data import DataError
 from trainer.fsdp import Dist
-from trainer.records import ROLLOUT_SCHEMA, read_rollouts
+from contracts.records import ROLLOUT_SCHEMA, read_rollouts
 from trainer.train import backward_minibatch, train
 
 
@@ -33,8 +33,8 @@ def overrides(out: Path, policy: Path, **extra) -> list[str]:
 
 
 def sampled_accuracy(model_dir: Path, n_prompts: int = 96, samples: int = 4, seed: int = 5) -> float:
-    from trainer.sampler import load_policy, make_sampler
-    from trainer.tasks import get_task
+    from inference import load_policy, make_sampler
+    from scoring.tasks import get_task
     task = get_task("addition")
     model, tok = load_policy(str(model_dir))
     sampler = make_sampler(model, tok, engine="hf")
@@ -151,7 +151,7 @@ def fixed_rollouts(tokenizer, n_groups=3, G=4, seed=0):
 
 
 def grads_for(micro_batch_size: int, **cfg_over):
-    from trainer.tiny import build_model, build_tokenizer
+    from inference.tiny import build_model, build_tokenizer
     tok = build_tokenizer()
     model = build_model("1m", tok, seed=3)
     cfg = load_config(None, [f"micro_batch_size={micro_batch_size}", *[f"{k}={v}" for k, v in cfg_over.items()]])
@@ -189,7 +189,7 @@ def test_flat_and_padded_forwards_give_the_same_gradient(tokens):
 
 
 def test_the_rollout_batch_size_reaches_the_sampler():
-    from trainer.tiny import build_model, build_tokenizer
+    from inference.tiny import build_model, build_tokenizer
     from trainer.train import make_rollout_engine
     tok = build_tokenizer()
     sampler, _ = make_rollout_engine(load_config(None, ["rollout_batch_size=1024"]), build_model("1m", tok), tok,

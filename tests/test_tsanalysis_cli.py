@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import trainer.records
+import contracts.records
 from helpers_runs import make_row, write_run
 from tsanalysis import io as tio
 from tsanalysis.cli import main
@@ -98,14 +98,14 @@ def test_positions_streams_and_never_reads_whole_runs(run, tmp_path, monkeypatch
         raise AssertionError("read_rollouts loads a whole run into memory")
 
     seen = []
-    real = trainer.records.iter_file_batches
+    real = contracts.records.iter_file_batches
 
     def spy(*a, **k):
         seen.append(k.get("batch_size"))
         return real(*a, **k)
 
-    monkeypatch.setattr(trainer.records, "read_rollouts", forbidden)
-    monkeypatch.setattr(trainer.records, "iter_file_batches", spy)
+    monkeypatch.setattr(contracts.records, "read_rollouts", forbidden)
+    monkeypatch.setattr(contracts.records, "iter_file_batches", spy)
     for cmd in ("positions", "truncation", "zero-adv", "mismatch"):
         assert main([cmd, str(run), "--out", str(tmp_path / cmd)]) == 0
     assert seen and all(b == tio.BATCH_ROWS for b in seen)
@@ -197,7 +197,7 @@ def test_missing_directory_and_missing_rollouts(tmp_path, capsys):
 
 
 def test_parquet_missing_a_column_names_file_and_column(run, capsys):
-    path = trainer.records.rollout_path(run, 1)
+    path = contracts.records.rollout_path(run, 1)
     table = pq.read_table(path).drop(["clipped_high"])
     pq.write_table(table, path)
     assert main(["positions", str(run)]) == 2
@@ -208,7 +208,7 @@ def test_parquet_missing_a_column_names_file_and_column(run, capsys):
 
 
 def test_wrong_type_unreadable_file_misaligned_lists_and_empty_range(run, tmp_path, capsys):
-    path = trainer.records.rollout_path(run, 1)
+    path = contracts.records.rollout_path(run, 1)
     t = pq.read_table(path)
     pq.write_table(t.set_column(t.schema.get_field_index("entropy"), "entropy", pa.array(["x"])), path)
     assert main(["positions", str(run)]) == 2

@@ -1,4 +1,4 @@
-"""Relay inference (tsanalysis.relay) with two tiny checkpoints (trainer.tiny) and a deterministic grader."""
+"""Relay inference (tsanalysis.relay) with two tiny checkpoints (inference.tiny) and a deterministic grader."""
 
 import json
 import shutil
@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 import eval.benchmarks
-import trainer.sampler
+import inference
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from trainer.tiny import save_tiny
+from inference.tiny import save_tiny
 from tsanalysis import relay
 from tsanalysis.cli import main
-from tsanalysis.core.passk import pass_at_k
+from contracts.passk import pass_at_k
 
 N = 4
 MAX_TOKENS = 12
@@ -107,7 +107,7 @@ def test_resume_skips_done_problems_and_refuses_other_settings(ckpts, relay_run,
     shutil.copytree(src, out)
     before = _jsonl(out / "results.jsonl")
     # a finished run: nothing is generated again
-    monkeypatch.setattr(trainer.sampler, "load_policy", lambda *a, **k: pytest.fail("model loaded on resume"))
+    monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("model loaded on resume"))
     again, _, _ = _run(ckpts, out)
     pd.testing.assert_frame_equal(first["relay_passk"], again["relay_passk"])
     monkeypatch.undo()
@@ -129,7 +129,7 @@ def test_mismatched_tokenizers_are_refused_before_loading_models(ckpts, tmp_path
     tok = AutoTokenizer.from_pretrained(other)
     tok.add_tokens(["<extra>"])
     tok.save_pretrained(other)
-    monkeypatch.setattr(trainer.sampler, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
     rc = main(["relay", "--early", str(ckpts[0]), "--final", str(other), "--benchmark", "fake", "--n", "2",
                "--out", str(tmp_path / "o")])
     assert rc == 2

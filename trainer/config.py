@@ -48,7 +48,7 @@ class Config:
     prompt_key: str = "prompt"            # field holding the question (dotted paths reach nested fields; chat lists use the last turn)
     answer_key: str = "answer"            # field holding the gold answer (e.g. reward_model.ground_truth)
     off_policy_key: str = "solution"      # field holding LUFFY's off-policy trace
-    template: str = "raw"                 # prompt template (eval.templates): raw | qwen-math | qwen-boxed | r1
+    template: str = "raw"                 # prompt template (scoring.templates): raw | qwen-math | qwen-boxed | r1
     num_train_examples: int = 4000        # embedded tasks: examples generated from `seed`
     task_kwargs: dict = field(default_factory=dict)  # embedded tasks: difficulty, e.g. {min_digits: 2, max_digits: 3}
     max_prompt_tokens: int = 512          # longer prompts are dropped at load time (counted in the log)
@@ -80,7 +80,7 @@ class Config:
                                           # (with the flat forward: tokens it computes, each distinct prompt once)
     train_forward: str = "auto"           # auto: flat where the architecture allows (Llama/Qwen2/Qwen3, unsharded),
                                           # else model; flat: no padding, each prompt once per micro-batch
-                                          # (trainer/flat.py); model: the model's own forward on padded rows
+                                          # (inference/flat.py); model: the model's own forward on padded rows
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)

@@ -52,7 +52,7 @@ def load_examples(cfg) -> list[dict]:
     if cfg.algorithm == "luffy":
         required.append(cfg.off_policy_key)
     if not cfg.train_file:
-        from trainer.tasks import get_task
+        from scoring.tasks import get_task
         task = get_task(cfg.task)
         rows = task.make_examples(cfg.num_train_examples, seed=cfg.seed, **cfg.task_kwargs)
         source = f"task '{cfg.task}'"

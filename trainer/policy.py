@@ -1,7 +1,7 @@
 """The policy model: building it, and the trainer's own forward that yields per-token log-probs and entropies.
 
 Old, behavior and current log-probs all come from ``response_logprobs`` so that they are computed the same way
-(one code path, one dtype), in one of two layouts: flat (``trainer/flat.py``: no padding, each distinct prompt
+(one code path, one dtype), in one of two layouts: flat (``inference/flat.py``: no padding, each distinct prompt
 once; Llama/Qwen2/Qwen3) or padded (``pack``: left-padded prompts and right-padded responses, so the response
 occupies the same columns in every row and only its R logit columns are computed, ``logits_to_keep``; any
 model). Both give the same numbers; ``forward`` / ``train_forward`` chooses.
@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from inference.batching import micro_batches
 from trainer.algos import logprobs_and_entropy
 from trainer.fsdp import Dist, all_gather_objects
 
@@ -27,7 +28,7 @@ def build_policy(model_name: str, *, dtype: torch.dtype, seed: int):
     """(model, tokenizer) from an HF directory / hub id, or a fresh tiny model for ``tiny:<size>``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if model_name.startswith("tiny:"):
-        from trainer.tiny import build_model, build_tokenizer
+        from inference.tiny import build_model, build_tokenizer
         tokenizer = build_tokenizer()
         model = build_model(model_name.split(":", 1)[1], tokenizer, seed=seed).to(dtype)
     else:
@@ -57,11 +58,11 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *
 
 
 def use_flat(model, forward: str) -> bool:
-    """Whether ``response_logprobs`` takes ``trainer.flat`` for this model: ``auto`` when the architecture allows,
+    """Whether ``response_logprobs`` takes ``inference.flat`` for this model: ``auto`` when the architecture allows,
     ``flat`` always (an unsupported model is an error), ``model`` never."""
     if forward == "model":
         return False
-    from trainer.flat import unsupported_reason
+    from inference.flat import unsupported_reason
     reason = unsupported_reason(model)
     if forward == "flat" and reason is not None:
         raise ValueError(f"train_forward=flat cannot run this model: {reason}; use train_forward=auto or model")
@@ -75,7 +76,7 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
     Logits are divided by the sampling temperature, so the ratio compares the distributions that sampled.
     ``entropy_grad=False`` returns the entropy without a graph (it is only logged): backward skips it.
     ``forward``: ``model`` runs the model's own forward on the padded batch (``pack``); ``flat`` runs
-    ``trainer.flat`` (no padding, each distinct prompt once); ``auto`` picks flat where the architecture allows.
+    ``inference.flat`` (no padding, each distinct prompt once); ``auto`` picks flat where the architecture allows.
     Padding positions of the outputs hold 0 (flat) or the pad token's numbers (model); read them through the mask.
     """
     if use_flat(model, forward):
@@ -96,7 +97,7 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
 
 
 def _flat_logprobs(model, prompts, responses, *, device, temperature: float, entropy_grad: bool):
-    from trainer.flat import flat_forward
+    from inference.flat import flat_forward
     n, R = len(prompts), max(1, max(len(r) for r in responses))
     logp = torch.zeros(n, R, device=device)
     ent = torch.zeros(n, R, device=device)
@@ -112,72 +113,6 @@ def _flat_logprobs(model, prompts, responses, *, device, temperature: float, ent
     ent = ent.index_put((lay.out_rows, lay.out_cols), en[0])
     mask[lay.out_rows, lay.out_cols] = True
     return logp, ent, mask
-
-
-def micro_batches(shapes: Sequence[tuple[int, int]], *, rows: int, tokens: int = 0, rank: int = 0,
-                  world_size: int = 1, prompt_keys: Sequence | None = None) -> tuple[list[list[int]], int]:
-    """This rank's micro-batches (indices into ``shapes``) and how many forwards every rank must run.
-
-    ``shapes``: (prompt length, response length) per row. Rank r takes rows r, r + W, ...; they are sorted by
-    total length (less padding) and cut into runs of at most ``rows`` rows and, when ``tokens`` > 0, at most
-    ``tokens`` padded tokens, i.e. rows x (longest prompt + longest response) as ``pack`` lays them out (verl's
-    dynamic batch size: long responses get small micro-batches, short ones large). A row longer than the budget
-    on its own gets a micro-batch of its own. Every rank computes every rank's split (no communication), so
-    ranks with fewer micro-batches can run dummy forwards to stay in step with FSDP's collectives.
-
-    ``prompt_keys`` (one hashable per row, equal for rows of the same prompt) is for the flat forward: rows of a
-    prompt stay together, in order of first appearance, and ``tokens`` counts what the flat forward computes,
-    each distinct prompt once plus every response token.
-    """
-    def split(idx) -> list[list[int]]:
-        out: list[list[int]] = []
-        cur: list[int] = []
-        P = R = 0
-        for i in sorted(idx, key=lambda i: shapes[i][0] + shapes[i][1]):
-            p, r = shapes[i][0], max(1, shapes[i][1])
-            if cur and (len(cur) == rows or (tokens and (len(cur) + 1) * (max(P, p) + max(R, r)) > tokens)):
-                out.append(cur)
-                cur, P, R = [], 0, 0
-            cur.append(i)
-            P, R = max(P, p), max(R, r)
-        return out + [cur] if cur else out
-
-    def split_flat(idx) -> list[list[int]]:
-        groups: dict = {}
-        for i in idx:
-            groups.setdefault(prompt_keys[i], []).append(i)
-        out: list[list[int]] = []
-        cur: list[int] = []
-        cost = 0
-
-        def fits(n_rows, c):
-            return len(cur) + n_rows <= rows and (not tokens or cost + c <= tokens)
-
-        for members in groups.values():   # a whole group where it fits (its prompt is computed once) ...
-            whole = shapes[members[0]][0] + sum(shapes[i][1] for i in members)
-            if cur and not fits(len(members), whole) and len(members) <= rows and (not tokens or whole <= tokens):
-                out.append(cur)
-                cur, cost = [], 0
-            if fits(len(members), whole):
-                cur.extend(members)
-                cost += whole
-                continue
-            shared = False                # ... else row by row, the prompt counted once per micro-batch
-            for i in members:
-                add = shapes[i][1] + (0 if shared else shapes[i][0])
-                if cur and not fits(1, add):
-                    out.append(cur)
-                    cur, cost, shared = [], 0, False
-                    add = shapes[i][1] + shapes[i][0]
-                cur.append(i)
-                cost += add
-                shared = True
-        return out + [cur] if cur else out
-
-    n = len(shapes)
-    cut = split if prompt_keys is None else split_flat
-    count = max(len(cut(range(r, n, world_size))) for r in range(world_size))
-    return cut(range(rank, n, world_size)), count
 
 
 @torch.no_grad()

@@ -22,8 +22,8 @@ import torch
 from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.fsdp import Dist, all_gather_objects
 from trainer.policy import score
-from trainer.rewards import compute_rewards
-from trainer.sampler import Completion
+from scoring.rewards import compute_rewards
+from inference.protocol import Completion
 
 
 @dataclass
@@ -61,7 +61,7 @@ class RolloutBuilder:
     examples: list[dict]
     prompt_ids: list[list[int]]      # tokenized, templated prompt of each example
     loader: object                   # trainer.data.PromptLoader
-    sampler: object                  # trainer.sampler.Sampler
+    sampler: object                  # inference.Sampler
     tokenizer: object
     model: torch.nn.Module           # the trained policy (for the behavior forward)
     d: Dist

@@ -4,7 +4,7 @@
                           [--batch-size 64] [--lr 3e-3] [--seed 0] [--min-digits 1 --max-digits 3]
 
 ``--model`` is a Hugging Face directory or a tiny size name (``1m``, ``2m``, ``5m``, ``20m``: a fresh
-``trainer.tiny`` model). The model is trained on ``prompt + solution + EOS`` with the cross-entropy on the
+``inference.tiny`` model). The model is trained on ``prompt + solution + EOS`` with the cross-entropy on the
 solution and EOS tokens only (prompt and padding masked; right padding with an attention mask), AdamW with a
 linear warmup (5 % of the steps) and a cosine decay to 10 % of the peak rate over ``--steps``; by default
 training stops early once the mean solution loss of the last 20 steps is <= ``--stop-loss`` 0.04, which
@@ -44,9 +44,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from trainer.tasks import TASKS, get_task
-from trainer.tasks.make import add_difficulty_args, difficulty_from_args
-from trainer.tiny import SIZES, build_model, build_tokenizer, save_pretrained_atomic
+from scoring.tasks import TASKS, get_task
+from scoring.tasks.make import add_difficulty_args, difficulty_from_args
+from inference.tiny import SIZES, build_model, build_tokenizer, save_pretrained_atomic
 
 IGNORE_INDEX = -100
 
@@ -179,7 +179,7 @@ def generate_responses(
 ) -> list[str]:
     """Decoded responses (special tokens skipped), greedy at ``temperature == 0`` else plain sampling.
 
-    Uses ``model.generate`` with left padding; ``trainer.sampler`` is the fast path for training.
+    Uses ``model.generate`` with left padding; ``inference.hf.HFSampler`` is the fast path for training.
     """
     was_training = model.training
     model.eval()

@@ -19,7 +19,7 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
   mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens.
 
-Log-probs come from the padding-free, shared-prompt forward of ``trainer/flat.py`` for Llama/Qwen2/Qwen3 models
+Log-probs come from the padding-free, shared-prompt forward of ``inference/flat.py`` for Llama/Qwen2/Qwen3 models
 (``train_forward=auto``; the same function as the model's own forward, which ``train_forward=model`` and
 unsupported or sharded models use).
 """
@@ -319,7 +319,7 @@ def make_scheduler(optimizer, cfg: Config):
 def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
     """The sampler (call before sharding). One process: the HF engine shares the trained module. Several ranks:
     it samples from an unsharded copy whose weights are synced from the sharded model every step."""
-    from trainer.sampler import make_sampler
+    from inference import make_sampler
     engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
     kw = {"ignore_eos": True} if cfg.ignore_eos else {}
     kw["max_batch_size"] = cfg.rollout_batch_size
@@ -375,9 +375,9 @@ def train(cfg: Config, d: Dist) -> Path:
     if d.is_main:
         dump_config(cfg, run_dir / "config.yaml")
         if cfg.train_forward == "auto":   # say which forward the log-probs come from, and why not flat
-            from trainer.flat import unsupported_reason
+            from inference.flat import unsupported_reason
             why = unsupported_reason(model)
-            print("training forward: " + ("flat (trainer/flat.py)" if why is None else f"model's own ({why})"),
+            print("training forward: " + ("flat (inference/flat.py)" if why is None else f"model's own ({why})"),
                   file=sys.stderr)
     tracker = make_tracker(cfg, run_dir) if d.is_main else None
     bar = None
@@ -411,7 +411,7 @@ def train(cfg: Config, d: Dist) -> Path:
             if cfg.algorithm == "seeds":
                 metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
             if cfg.log_rollouts:
-                from trainer.records import rollout_path, write_rollouts
+                from contracts.records import rollout_path, write_rollouts
                 write_rollouts(record_rows(cfg, step, all_rows, records, tokenizer), rollout_path(run_dir, step))
             _append_jsonl(run_dir / "metrics.jsonl", metrics)
             if tracker:
@@ -430,7 +430,7 @@ def train(cfg: Config, d: Dist) -> Path:
 def render(template: str, question: str, tokenizer) -> str:
     if template == "raw":  # embedded tasks: the prompt is the question
         return question
-    from eval.templates import render_prompt
+    from scoring.templates import render_prompt
     return render_prompt(template, question, tokenizer)
 
 
@@ -443,8 +443,8 @@ def warm_start(cfg: Config, d: Dist) -> str:
     path = Path(cfg.output_dir) / "_sft_cache" / f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps-seed{cfg.seed}"
     if d.is_main and not path.is_dir():
         from trainer.sft import sft
-        from trainer.tasks import get_task
-        from trainer.tiny import build_model, build_tokenizer, save_pretrained_atomic
+        from scoring.tasks import get_task
+        from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
         tokenizer = build_tokenizer()
         model = build_model(size, tokenizer, seed=cfg.seed)
         examples = get_task(cfg.task).make_examples(4000, seed=cfg.seed + 7919, **cfg.task_kwargs)

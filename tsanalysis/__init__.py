@@ -2,7 +2,7 @@
 
 - ``tsanalysis.core``: pure estimators (numpy/pandas, no file IO): per-position bins, truncation-token
   histograms, Lemma 4 zero-advantage probabilities, seed-token mismatch, pass@k with bootstrap intervals.
-- ``tsanalysis.io``: streaming rollout reads (via ``trainer.records``) and the atomic results writer.
+- ``tsanalysis.io``: streaming rollout reads (via ``contracts.records``) and the atomic results writer.
 - ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues).
 - ``tsanalysis.cli``: the ``tsanalysis`` command (``python -m tsanalysis --help``).
 """

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from trainer.records import parse_step_range
+from contracts.records import parse_step_range
 
 from . import io
 from .core import bins as B

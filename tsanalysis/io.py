@@ -1,6 +1,6 @@
 """Reading runs and writing analysis results (the IO layer between ``tsanalysis.core`` and the CLI).
 
-Reading goes through ``trainer.records`` (the one definition of the rollout schema): a run's files are listed
+Reading goes through ``contracts.records`` (the one definition of the rollout schema): a run's files are listed
 and every selected file's schema is checked against the needed columns BEFORE any work starts, then the rows are
 streamed file by file in record batches (bounded memory; nothing here reads a whole run into one table).
 
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainer import records
+from contracts import records
 
 __all__ = ["RecordsError", "select_steps", "check_run", "iter_batches", "list_column", "scalar_column",
            "token_lengths", "run_name", "default_out", "write_results", "atomic_write_text", "RESULTS_ROOT"]

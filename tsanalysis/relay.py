@@ -10,7 +10,7 @@ For every problem and each of n samples:
 4. independently, the final checkpoint samples n final-only responses from the prompt.
 
 All three sets (early-only, relay, final-only) are graded with the benchmark's grader, and pass@k (unbiased
-estimator, ``tsanalysis.core.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals of the
+estimator, ``contracts.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals of the
 relay − final-only difference over problems (Figure 2 plots that difference).
 
 Sampling seeds are derived per chunk of problems (``batch_problems`` per generate call) from ``--seed`` and the
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from . import io
-from .core.passk import bootstrap_ci, paired_bootstrap, pass_at_k
+from contracts.passk import bootstrap_ci, paired_bootstrap, pass_at_k
 
 __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokenizer", "derive_seed", "pass_k_table",
            "run_relay", "main_from_args"]
@@ -218,8 +218,8 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring."""
     from transformers import AutoTokenizer
 
-    from eval.templates import render_prompt
-    from trainer.sampler import load_policy, make_sampler
+    from scoring.templates import render_prompt
+    from inference import load_policy, make_sampler
 
     # -- everything that can fail cheaply, before a model is loaded --
     if not 0.0 <= cut <= 1.0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from eval.benchmarks.base import Problem
 from eval.benchmarks.mathbench import field, load_rows, math_benchmark
-from eval.grading.math import normalize_gold
+from scoring.math import normalize_gold
 
 VERSION = "amc23-1"
 

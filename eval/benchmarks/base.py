@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scoring.verdict import Verdict
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -18,14 +20,6 @@ class Problem:
     question: str           # text before templating
     gold: Any               # benchmark-specific gold: a str for math, a test spec for code
     meta: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    correct: bool
-    verdict: str            # pass | wrong_answer | runtime_error | time_limit | memory_limit | timeout | no_answer
-    answer: str | None = None   # the extracted answer (math) or None (code)
-    detail: str = ""
 
 
 @dataclass(frozen=True)

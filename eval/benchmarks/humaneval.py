@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.jsonl import iter_jsonl
-from eval.grading.code import extract_code, short_repr, verdict_of_status
-from eval.sandbox import CallException, decode_tagged, run_cases, run_program
+from contracts.jsonl import iter_jsonl
+from scoring.code import extract_code, short_repr, verdict_of_status
+from scoring.sandbox import CallException, decode_tagged, run_cases, run_program
 
 __all__ = ["BENCHMARK", "HUMANEVAL_PLUS", "MBPP_PLUS", "VERSION", "PLUS_VERSION", "read_jsonl_any", "load",
            "load_plus_humaneval", "load_plus_mbpp", "extract_completion", "sanitize", "build_program", "grade",

@@ -39,9 +39,9 @@ with a ```` ```python ```` placeholder, then ``### Answer: (use the provided for
 ``Problem.question`` is that user turn; ``render_prompt(question, tokenizer)`` adds the system turn through the
 tokenizer's chat template (the ``lcb`` template).
 
-**Grading**: the last ```` ```python ```` block of the response (``eval.grading.code.extract_code``) runs on the
+**Grading**: the last ```` ```python ```` block of the response (``scoring.code.extract_code``) runs on the
 public then the private tests, 6 s per test (address space capped at 4 GiB), stopping at the first failure
-(``eval.grading.code.grade_code``).
+(``scoring.code.grade_code``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.jsonl import iter_jsonl
-from eval.grading.code import LCB_IMPORT_PRELUDE, extract_code, grade_code
+from contracts.jsonl import iter_jsonl
+from scoring.code import LCB_IMPORT_PRELUDE, extract_code, grade_code
+from scoring.templates import (FORMAT_WITH_STARTER, FORMAT_WITHOUT_STARTER, SYSTEM_PROMPT, lcb_question as question_text,
+                               lcb_prompt as render_prompt)
 
 __all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
            "tests_of", "question_text", "render_prompt", "selection_summary", "grade"]
@@ -72,17 +74,6 @@ TIMEOUT_S = 6.0   # lcb_runner's default per-test timeout
 # lcb_runner sets no memory limit at all; judges use 256-1024 MB. RLIMIT_AS counts address space, not resident
 # memory, so the cap sits well above that to fail only runaway programs.
 MEMORY_MB = 4096
-
-SYSTEM_PROMPT = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
-                 "generate a correct Python program that matches the specification and passes all tests. You will "
-                 "NOT return anything except for the program.")
-FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
-                       "code within delimiters.")
-# lcb_runner's current wording (older revisions end after "as follows.")
-FORMAT_WITHOUT_STARTER = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not "
-                          "directly test on the sample inputs). Enclose your code within delimiters as follows. "
-                          "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
-                          "writes output to STDOUT.")
 
 _FILES = ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"]
 # last month of each release (dataset card); every release starts at 2023-05
@@ -199,17 +190,6 @@ def _parse_date(s: str, what: str) -> date:
         raise ValueError(f"{what} must be YYYY-MM-DD, got {s!r}") from None
 
 
-def question_text(content: str, starter_code: str) -> str:
-    """lcb_runner's ``get_generic_question_template_answer``: the user turn of the prompt."""
-    prompt = f"### Question:\n{content}\n\n"
-    if starter_code:
-        prompt += f"### Format: {FORMAT_WITH_STARTER}\n```python\n{starter_code}\n```\n\n"
-    else:
-        prompt += f"### Format: {FORMAT_WITHOUT_STARTER}\n```python\n# YOUR CODE HERE\n```\n\n"
-    prompt += "### Answer: (use the provided format with backticks)\n\n"
-    return prompt
-
-
 def _problem(row: dict, where: str, source: str) -> Problem:
     missing = [k for k in _FIELDS if k not in row]
     if missing:
@@ -300,14 +280,6 @@ def selection_summary(problems: list[Problem]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- prompt, grade
-
-def render_prompt(question: str, tokenizer=None) -> str:
-    """The ``lcb`` template: system prompt + user turn, through the tokenizer's chat template when it has one."""
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return f"{SYSTEM_PROMPT}\n\n{question}"
-
 
 def grade(response: str, problem: Problem, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> Verdict:
     """The response's last ```python block on the public then private tests (first failure stops)."""

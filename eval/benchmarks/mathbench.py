@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.jsonl import iter_jsonl
+from contracts.jsonl import iter_jsonl
 
 __all__ = ["DATA_ENV", "MATH_GENERATION", "read_jsonl", "load_rows", "grade_problem", "math_benchmark"]
 
@@ -76,11 +76,11 @@ def field(row: dict, *names: str, where: str):
 
 
 def grade_problem(response: str, problem: Problem) -> Verdict:
-    """math-verify grading of one response (``eval.grading.math.grade_math``) with the problem's flags.
+    """math-verify grading of one response (``scoring.math.grade_math``) with the problem's flags.
 
-    math-verify's SIGALRM timeout is off: the runner grades in ``eval.grading.pool`` with a hard timeout.
+    math-verify's SIGALRM timeout is off: the runner grades in ``scoring.pool`` with a hard timeout.
     """
-    from eval.grading.math import grade_math
+    from scoring.math import grade_math
     return grade_math(response, problem.gold, multiple_answer=problem.meta.get("multiple_answer", False),
                       unit=problem.meta.get("unit"))
 

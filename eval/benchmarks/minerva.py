@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from eval.benchmarks.base import Problem
 from eval.benchmarks.mathbench import field, load_rows, math_benchmark
-from eval.grading.math import extract_boxed
+from scoring.math import extract_boxed
 
 VERSION = "minerva-1"
 

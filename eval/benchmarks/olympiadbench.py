@@ -3,7 +3,7 @@ Data: Qwen2.5-Math's ``evaluation/data/olympiadbench/test.jsonl``.
 
 Gold: ``final_answer[0]`` (always one element) with ``$...$`` delimiters stripped at grading time. 94 problems have
 ``is_multiple_answer``: the gold lists several comma-separated answers, all must be given (any order; see
-``eval.grading.math.grade_math``). 8 give a ``unit`` (``km/h``, ``%``, ``^{\\circ}``...), stripped from gold and
+``scoring.math.grade_math``). 8 give a ``unit`` (``km/h``, ``%``, ``^{\\circ}``...), stripped from gold and
 response before comparing.
 
 Two golds are not parseable as written; their parseable form is substituted (``GOLD_FIXES``), keeping the meaning.

@@ -1,10 +1,10 @@
-"""The trainer's embedded tasks (``trainer.tasks``: addition, countdown) as benchmarks for the tiny models.
+"""The trainer's embedded tasks (``scoring.tasks``: addition, countdown) as benchmarks for the tiny models.
 
 Default problems: a held-out split generated with a fixed seed (``TEST_SEED``, far from the seeds training
 uses) and the task's default difficulty; ``--problems FILE`` reads rows of the same format instead (JSONL,
-``{"id", "prompt", "answer", ...}``, as ``python -m trainer.tasks.make`` writes). Template ``raw`` (the prompt
+``{"id", "prompt", "answer", ...}``, as ``python -m scoring.tasks.make`` writes). Template ``raw`` (the prompt
 is the model's input as is), 8 samples at temperature 1.0, 64 new tokens. A response is correct when the
-task's reward is positive. ``trainer.tasks`` is imported lazily.
+task's reward is positive. ``scoring.tasks`` is imported lazily.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ GENERATION = {"n": 8, "temperature": 1.0, "top_p": 1.0, "max_tokens": 64}
 
 
 def _task(name: str):
-    from trainer.tasks import TASKS
+    from scoring.tasks import TASKS
     return TASKS[name]
 
 
@@ -63,5 +63,5 @@ def _benchmark(task: str, description: str) -> Benchmark:
                      generation=dict(GENERATION), description=description)
 
 
-ADDITION = _benchmark("addition", f"trainer.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
-COUNTDOWN = _benchmark("countdown", f"trainer.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")
+ADDITION = _benchmark("addition", f"scoring.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
+COUNTDOWN = _benchmark("countdown", f"scoring.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")

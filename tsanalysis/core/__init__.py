@@ -5,5 +5,5 @@
 - ``lemma4``: zero-advantage / all-wrong probabilities, Monte Carlo check, shared vs independent seeds,
   observed vs predicted zero-advantage groups of a run.
 - ``mismatch``: accumulated behavior/current log-ratio and KL along seed tokens (Proposition 2).
-- ``passk``: unbiased pass@k, avg@n, bootstrap intervals.
+(pass@k, avg@n and the bootstrap live in ``contracts.passk``, shared with ``eval``.)
 """

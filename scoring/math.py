@@ -16,7 +16,7 @@ gold first — ``verify(parse(gold), parse(pred))`` is not symmetric. On top of 
   match a distinct answer part (order-insensitive, same count). Several boxes in the final answer count as parts.
 
 math-verify bounds its own time with SIGALRM, which only works in the main thread. ``timeout=None`` (the default)
-disables it: callers that need a bound run grading in ``eval.grading.pool``, which kills hung workers.
+disables it: callers that need a bound run grading in ``scoring.pool``, which kills hung workers.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 
-from eval.benchmarks.base import Verdict
+from scoring.verdict import Verdict
 
 __all__ = ["extract_answer", "extract_boxed", "final_segment", "grade_math", "normalize_gold", "gold_parses",
            "split_top_level", "strip_unit", "math_equal_mv"]

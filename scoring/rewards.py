@@ -1,7 +1,7 @@
 """Reward functions: one signature for the embedded tasks and for the math and code rewards of real runs.
 
 Every reward is ``fn(response: str, example: dict) -> float``. ``math`` grades ``example['answer']`` with
-math-verify (eval.grading.math); ``code`` runs the example's tests in the sandbox (eval.grading.code) and gives
+math-verify (scoring.math); ``code`` runs the example's tests in the sandbox (scoring.code) and gives
 1.0 only when every test passes. Imports are lazy so that a tiny run needs neither.
 """
 
@@ -14,20 +14,20 @@ Reward = Callable[[str, dict], float]
 
 def _task_reward(name: str) -> Reward:
     def reward(response: str, example: dict) -> float:
-        from trainer.tasks import get_task
+        from scoring.tasks import get_task
         return float(get_task(name).reward(response, example))
     reward.__name__ = f"{name}_reward"
     return reward
 
 
 def math_reward(response: str, example: dict) -> float:
-    from eval.grading.math import grade_math
+    from scoring.math import grade_math
     return 1.0 if grade_math(response, str(example["answer"])).correct else 0.0
 
 
 def code_reward(response: str, example: dict) -> float:
     """Example fields: 'tests' (list of {input, output}), 'testtype' (stdin | functional), 'fn_name'."""
-    from eval.grading.code import extract_program, grade_code
+    from scoring.code import extract_program, grade_code
     tests = example["tests"] if "tests" in example else example["answer"]
     verdict = grade_code(extract_program(response), tests, kind=example.get("testtype", "stdin"),
                          fn_name=example.get("fn_name"))
@@ -52,7 +52,7 @@ def compute_rewards(name: str, responses: Sequence[str], examples: Sequence[dict
     """Rewards for a batch. Math answers are graded in a process pool with a hard per-item timeout."""
     if name == "math":
         try:
-            from eval.grading.pool import grade_math_batch
+            from scoring.pool import grade_math_batch
         except ImportError:
             grade_math_batch = None
         if grade_math_batch is not None:

@@ -1,94 +1,26 @@
-"""Rollout engines: one interface (`Sampler`) over Hugging Face models and vLLM.
+"""The Hugging Face rollout engine: a batched KV-cache sampler over a ``transformers`` causal LM.
 
-A prompt is a list of token ids; it may already hold a prefix of an earlier response (a Thinking Seeds *seed*,
-DESIGN.md §2). `generate` returns one `Completion` per prompt (callers repeat a prompt G times for G samples).
-The whole prompt is prefilled in one forward pass (never decoded token by token), so a long seed costs one
-prefill, like a prompt.
-
-Engines:
-
-- `HFSampler` drives a `transformers` causal LM with a preallocated KV cache. For Llama-family models (llama,
-  qwen2, qwen3 with full attention, sdpa/eager attention) it runs the model's own decoder layers directly with a
-  static cache and its own masks, skipping the per-call mask building and cache bookkeeping of `model.forward`;
-  other architectures go through `model.forward` with a `DynamicCache`. Both paths drop finished rows from
-  the batch as responses end. CPU (tests, demos) and GPU (fallback when vLLM is absent).
-- `VLLMSampler` wraps `vllm.LLM` (GPU only, `pip install thinking-seeds[vllm]`).
-
-`make_sampler` picks one; `load_policy` loads a Hugging Face model directory or hub id.
+For Llama-family models (llama, qwen2, qwen3 with full attention, sdpa/eager attention) it runs the model's own
+decoder layers directly (``inference.layers``) with a static cache and its own masks, skipping the per-call mask
+building and cache bookkeeping of ``model.forward``; the prefill is flat (``inference.flat``: each shared prefix
+once, no padding). Other architectures go through ``model.forward`` with a ``DynamicCache``. Both paths drop
+finished rows from the batch as responses end. CPU (tests, demos, small models) and GPU.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import os
-import tempfile
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 
-__all__ = ["Completion", "Sampler", "HFSampler", "VLLMSampler", "make_sampler", "load_policy"]
+from inference.batching import micro_batches
+from inference.flat import build_layout, run_layout
+from inference.layers import DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
+from inference.protocol import Completion, budgets, check_generate_args
+from inference.stops import eos_list
 
-
-@dataclass
-class Completion:
-    token_ids: list[int]  # generated ids; ends with an EOS id when finish_reason == "stop", nothing after it
-    finish_reason: str  # "stop" (an EOS id was generated) | "length" (max_new_tokens reached)
-    # with generate(..., logprobs=True): per generated token, log pi(token) and the entropy (nats) of the
-    # distribution it was drawn from, both at the sampling temperature before top-p (what the trainer computes)
-    logprobs: list[float] | None = None
-    entropies: list[float] | None = None
-
-
-class Sampler(Protocol):
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | Sequence[int],  # one budget for all prompts, or one per prompt
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
-        prefix_lens: Sequence[int] | None = None,  # leading tokens of each prompt that other rows share (a hint)
-    ) -> list[Completion]: ...
-
-    def update_weights(self, model: torch.nn.Module) -> None: ...
-
-
-# --------------------------------------------------------------------------------------------------------------
-# shared helpers
-
-
-def _eos_list(eos_token_id: int | Sequence[int] | None) -> list[int]:
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, int):
-        return [eos_token_id]
-    return [int(e) for e in eos_token_id]
-
-
-def _budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int]) -> list[int]:
-    """Per-prompt generation budgets (a seeded continuation may only fill what its seed left)."""
-    if isinstance(max_new_tokens, int):
-        return [max_new_tokens] * len(prompts)
-    budgets = [int(m) for m in max_new_tokens]
-    if len(budgets) != len(prompts):
-        raise ValueError(f"max_new_tokens has {len(budgets)} budgets for {len(prompts)} prompts")
-    return budgets
-
-
-def _check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float):
-    if min(_budgets(prompts, max_new_tokens), default=0) < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token (e.g. BOS)")
+__all__ = ["HFSampler", "draw", "sample_next_token"]
 
 
 def sample_next_token(
@@ -216,13 +148,6 @@ def _kwarg_name(fn, new: str, old: str) -> str:
     return new if new in params else old
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Hugging Face engine
-
-_FAST_MODEL_TYPES = {"llama", "qwen2", "qwen3"}
-_STATIC_ROPE_TYPES = {None, "default", "linear", "llama3", "yarn"}
-
-
 class _StaticKV:
     """Preallocated KV cache, [b, n_kv_heads, capacity, head_dim] per layer, duck-typed to what the attention
     modules call (`update`). Prompts sit right-aligned in slots [0, L) (L = longest prompt of the batch), generated
@@ -270,147 +195,6 @@ class _StaticKV:
         self.v = [_grow(t) for t in self.v]
 
 
-def _rms_norm(norm: torch.nn.Module):
-    """The module as fused ``F.rms_norm`` calls when it is the standard Llama/Qwen RMSNorm (normalise in float32,
-    cast back, scale by ``weight``: the module's own arithmetic), else the module itself."""
-    w, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
-    if type(norm).__name__ not in _STANDARD_RMSNORMS or not isinstance(w, torch.Tensor) or eps is None:
-        return norm
-    shape, F = (w.shape[-1],), torch.nn.functional
-    if w.dtype == torch.float32:
-        return lambda x: F.rms_norm(x, shape, w, eps) if x.dtype == torch.float32 else norm(x)
-    return lambda x: w * F.rms_norm(x.float(), shape, None, eps).to(x.dtype)
-
-
-_STANDARD_RMSNORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
-
-
-def rotate_half_matrix(head_dim: int, dtype, device) -> torch.Tensor:
-    """[d, d] signed permutation R with x @ R == rotate_half(x) == cat(-x2, x1), exactly (one +-1 per column):
-    one GEMM instead of a chunk, a negation and a concatenation."""
-    h = head_dim // 2
-    rot = torch.zeros(head_dim, head_dim, dtype=dtype, device=device)
-    idx = torch.arange(h, device=device)
-    rot[idx + h, idx] = -1.0
-    rot[idx, idx + h] = 1.0
-    return rot
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    """The Llama/NeoX rotary embedding x * cos + rotate_half(x) * sin, with rotate_half as ``x @ rot``."""
-    return x * cos + (x @ rot) * sin
-
-
-class _DecodeLayer:
-    """One Llama-family decoder layer for a single-token decode step, with the layer's own weights and norms.
-
-    The same arithmetic as the layer's ``forward`` (RMSNorm, q/k/v projections, Qwen3's per-head q/k norms,
-    rotary embedding, attention over the cache, o projection, gated MLP), written for one query per row: q, k and
-    v come from one GEMM (and gate and up from one) when the model is small enough that the concatenated copies
-    are cheap, and attention is two batched matmuls and a softmax, which on CPU beat the fused SDPA kernel at
-    one query. Built per ``generate`` call, so it always reads the weights the module holds then."""
-
-    FUSE_MAX_PARAMS = 1 << 28   # above ~268M parameters the GEMMs are big enough; skip the weight copies
-
-    def __init__(self, layer, *, fuse: bool):
-        a, m = layer.self_attn, layer.mlp
-        self.ln1, self.ln2 = _rms_norm(layer.input_layernorm), _rms_norm(layer.post_attention_layernorm)
-        self.q_norm = _rms_norm(a.q_norm) if getattr(a, "q_norm", None) is not None else None
-        self.k_norm = _rms_norm(a.k_norm) if getattr(a, "k_norm", None) is not None else None
-        self.head_dim, self.scaling, self.layer_idx = a.head_dim, a.scaling, a.layer_idx
-        self.nq = a.q_proj.weight.shape[0] // a.head_dim
-        self.nkv = a.k_proj.weight.shape[0] // a.head_dim
-        self.a, self.m, self.act = a, m, m.act_fn
-        self.qkv = self.gate_up = None
-        if fuse:
-            def cat(mods, attr):
-                parts = [getattr(x, attr) for x in mods]
-                return None if parts[0] is None else torch.cat(parts, dim=0)
-            proj = (a.q_proj, a.k_proj, a.v_proj)
-            self.qkv = (cat(proj, "weight"), cat(proj, "bias"))
-            self.gate_up = (cat((m.gate_proj, m.up_proj), "weight"), cat((m.gate_proj, m.up_proj), "bias"))
-
-    @staticmethod
-    def supports(layer) -> bool:
-        a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        need_a = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "layer_idx")
-        return (a is not None and m is not None and all(hasattr(a, n) for n in need_a)
-                and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn"))
-                and hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm"))
-
-    def __call__(self, h, cos, sin, rot, cache: "_StaticKV", mask_kv) -> torch.Tensor:
-        # h [b, 1, H]; cos/sin [b, 1, head_dim]; rot: rotate_half_matrix; mask_kv [b * n_kv, 1, S] additive over
-        # the S = cache.length + 1 slots, one row per (row, kv head)
-        b, d, F = h.shape[0], self.head_dim, torch.nn.functional
-        nq, nkv = self.nq, self.nkv
-        x = self.ln1(h)
-        if self.qkv is not None and self.q_norm is None:   # q|k are adjacent: one rotary for both
-            qkv = F.linear(x, *self.qkv).view(b, nq + 2 * nkv, d)
-            qk = apply_rotary(qkv[:, : nq + nkv], cos, sin, rot)
-            q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nkv:]
-        else:
-            if self.qkv is not None:
-                q, k, v = F.linear(x, *self.qkv).split([nq * d, nkv * d, nkv * d], dim=-1)
-            else:
-                q, k, v = self.a.q_proj(x), self.a.k_proj(x), self.a.v_proj(x)
-            q, k, v = q.view(b, nq, d), k.view(b, nkv, d), v.view(b, nkv, d)
-            if self.q_norm is not None:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k = apply_rotary(q, cos, sin, rot), apply_rotary(k, cos, sin, rot)   # cos/sin broadcast over heads
-        n = cache.length
-        kc, vc = cache.k[self.layer_idx], cache.v[self.layer_idx]   # [b, n_kv, cap, d]
-        kc[:, :, n] = k
-        vc[:, :, n] = v
-        g = nq // nkv                              # grouped-query attention: g query heads per kv head
-        K = kc[:, :, : n + 1].reshape(b * nkv, n + 1, d)   # views: the slice keeps (row, head) blocks mergeable
-        V = vc[:, :, : n + 1].reshape(b * nkv, n + 1, d)
-        qg = q.reshape(b * nkv, g, d)
-        scores = torch.baddbmm(mask_kv, qg, K.transpose(1, 2), alpha=self.scaling)   # mask + scale * q k^T
-        o = torch.bmm(torch.softmax(scores.float(), dim=-1).to(V.dtype), V)           # [b * n_kv, g, d]
-        o = o.view(b, nq * d)
-        if self.a.o_proj.bias is None:             # residual add inside the GEMM
-            h = torch.addmm(h.view(b, -1), o, self.a.o_proj.weight.t()).view(b, 1, -1)
-        else:
-            h = h + self.a.o_proj(o).view(b, 1, -1)
-        x = self.ln2(h)
-        if self.gate_up is not None:
-            gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)
-        else:
-            gate, up = self.m.gate_proj(x), self.m.up_proj(x)
-        a = (self.act(gate) * up).view(b, -1)
-        if self.m.down_proj.bias is None:
-            return torch.addmm(h.view(b, -1), a, self.m.down_proj.weight.t()).view(b, 1, -1)
-        return h + self.m.down_proj(a).view(b, 1, -1)
-
-
-def fast_path_unsupported_reason(model: torch.nn.Module) -> str | None:
-    """None when `HFSampler` can drive the model's decoder layers directly, else why not."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return "model has no config"
-    if getattr(config, "model_type", None) not in _FAST_MODEL_TYPES:
-        return f"model_type {getattr(config, 'model_type', None)!r} not in {sorted(_FAST_MODEL_TYPES)}"
-    inner = getattr(model, "model", None)
-    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
-        if not hasattr(inner, name):
-            return f"model.model has no {name}"
-    if not hasattr(model, "lm_head"):
-        return "model has no lm_head"
-    attn = getattr(config, "_attn_implementation", None)
-    if attn not in ("sdpa", "eager"):
-        return f"attention implementation {attn!r} (needs sdpa or eager)"
-    if "sliding_attention" in (getattr(config, "layer_types", None) or []):
-        return "sliding-window layers"
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
-    if rope_type not in _STATIC_ROPE_TYPES:
-        return f"rope_type {rope_type!r} depends on the sequence length"
-    # FSDP2-sharded parameters are gathered by the root module's forward hooks, which the fast path bypasses
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
-        return "parameters are sharded (DTensor)"
-    return None
-
-
 class HFSampler:
     """Batched KV-cache sampler for Hugging Face causal LMs.
 
@@ -441,7 +225,7 @@ class HFSampler:
         fast: bool | None = None,  # None: the direct layer loop when supported; False: always model.forward
         prefill_tokens: int = 2048,  # tokens (rows x padded length) per prefill forward; bounds activation memory
     ):
-        eos = _eos_list(eos_token_id)
+        eos = eos_list(eos_token_id)
         if not eos:
             raise ValueError("eos_token_id is required (an int or a list of ints)")
         if max_batch_size < 1:
@@ -485,10 +269,10 @@ class HFSampler:
         """``prefix_lens[i]``: how many leading tokens of prompt i are a prefix that other prompts share (e.g. the
         question before a Thinking Seeds seed); the prefill computes each distinct prefix once. Default: the whole
         prompt, so only equal prompts share. A hint: the completions are the same whatever it says."""
-        _check_generate_args(prompts, max_new_tokens, temperature, top_p)
+        check_generate_args(prompts, max_new_tokens, temperature, top_p)
         if prefix_lens is not None and len(prefix_lens) != len(prompts):
             raise ValueError(f"prefix_lens has {len(prefix_lens)} entries for {len(prompts)} prompts")
-        budgets = _budgets(prompts, max_new_tokens)
+        budgets = budgets(prompts, max_new_tokens)
         empty = [] if logprobs else None
         results: list[Completion | None] = [Completion([], "length", empty, empty) if m == 0 else None
                                             for m in budgets]
@@ -536,9 +320,9 @@ class HFSampler:
         total = L + max_new
         cap = L + min(max_new, 512)  # grown geometrically if responses run long
         decode_layers = None
-        if all(_DecodeLayer.supports(layer) for layer in inner.layers):
-            fuse = sum(p.numel() for p in model.parameters()) <= _DecodeLayer.FUSE_MAX_PARAMS
-            decode_layers = [_DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
+        if all(DecodeLayer.supports(layer) for layer in inner.layers):
+            fuse = sum(p.numel() for p in model.parameters()) <= DecodeLayer.FUSE_MAX_PARAMS
+            decode_layers = [DecodeLayer(layer, fuse=fuse) for layer in inner.layers]
         cache = _StaticKV(n_layers, b, n_kv, cap, head_dim, dtype, device, zero=decode_layers is None)
         ckw = {self._layer_cache_kw: cache}
 
@@ -556,14 +340,14 @@ class HFSampler:
         mask_add.masked_fill_((slot[None, :] < (L - lens_t)[:, None])[:, None, None, :], neg)
 
         # ---- prefill
-        if decode_layers is not None:   # flat: no padding, each shared prefix once (trainer.flat)
+        if decode_layers is not None:   # flat: no padding, each shared prefix once (inference.flat)
             logits = self._prefill_flat(chunk, prefix_lens, cache, L, device)
         else:
             logits = self._prefill_padded(chunk, lens, cache, ckw, cos_t, sin_t, L, neg, device)
         cache.length = L
 
         # ---- decode
-        final_norm = _rms_norm(inner.norm) if decode_layers is not None else inner.norm
+        final_norm = rms_norm(inner.norm) if decode_layers is not None else inner.norm
         book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
         next_pos = lens_t.clone()  # position id of the next token per buffer row
         rot = rotate_half_matrix(head_dim, dtype, device)
@@ -609,10 +393,7 @@ class HFSampler:
     def _prefill_flat(self, chunk, prefix_lens, cache: "_StaticKV", L: int, device) -> torch.Tensor:
         """Next-token logits [b, V] of every row, its keys and values written right-aligned into cache slots
         [0, L). Rows are split as shared prefix + own suffix (``prefix_lens``; default the whole prompt, so equal
-        prompts are computed once) and run flat (``trainer.flat``) in pieces of at most ``prefill_tokens``."""
-        from trainer.flat import build_layout, run_layout
-        from trainer.policy import micro_batches
-
+        prompts are computed once) and run flat (``inference.flat``) in pieces of at most ``prefill_tokens``."""
         model = self.model
         if prefix_lens is None:
             cut = [len(p) for p in chunk]
@@ -716,235 +497,3 @@ class HFSampler:
             next_pos = next_pos + 1
             logits = o.logits[:, -1].float()
         return book.completions()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# vLLM engine
-
-
-class VLLMSampler:
-    """`Sampler` on vLLM (GPU only; `pip install thinking-seeds[vllm]`).
-
-    The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set before vLLM is imported unless the
-    caller set it) so `update_weights` can reach the engine's model and call its `load_weights`, as TRL's
-    colocate mode does. The engine is built from `model_path`, else the model's `name_or_path` when that is a local
-    directory, else a temporary `save_pretrained` copy of the module; then the module's current weights are pushed.
-
-    Each prompt gets its own sampling seed derived from `seed` and its index, so identical prompts (G samples of a
-    group) draw different completions and the result does not depend on vLLM's batching.
-    """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        *,
-        eos_token_id: int | Sequence[int],
-        pad_token_id: int | None = None,
-        tokenizer=None,
-        model_path: str | None = None,
-        gpu_memory_utilization: float = 0.5,
-        max_model_len: int | None = None,
-        dtype: str = "auto",
-        ignore_eos: bool = False,
-        **llm_kwargs,
-    ):
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
-                "VLLMSampler needs vLLM, which is not installed: `pip install thinking-seeds[vllm]` on a machine "
-                "with a CUDA GPU, or use engine='hf'"
-            )
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: weights reachable
-        import vllm
-        if not torch.cuda.is_available():
-            raise RuntimeError("VLLMSampler needs a CUDA GPU; use engine='hf' on CPU")
-        eos = _eos_list(eos_token_id)
-        if not eos:
-            raise ValueError("eos_token_id is required (an int or a list of ints)")
-        self.eos_token_ids = eos
-        self.ignore_eos = ignore_eos
-        self.pad_token_id = pad_token_id
-        self._vllm = vllm
-        path = model_path or getattr(model, "name_or_path", None) or ""
-        if not os.path.isdir(path):
-            # an in-memory module (or a hub id): give vLLM a local directory with the architecture and tokenizer
-            path = tempfile.mkdtemp(prefix="ts_vllm_")
-            model.save_pretrained(path)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(path)
-        self.model_path = path
-        self.llm = vllm.LLM(
-            model=path,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            skip_tokenizer_init=tokenizer is None and not _has_tokenizer_files(path),
-            **llm_kwargs,
-        )
-        self.update_weights(model)
-
-    def _engine_model(self):
-        """The engine's torch module in this process, across vLLM versions (V0, and V1 run in-process)."""
-        engine = getattr(self.llm, "llm_engine", None)
-        candidates = (
-            lambda: engine.model_executor.driver_worker.worker.model_runner,  # V1 (WorkerWrapperBase.worker)
-            lambda: engine.model_executor.driver_worker.model_runner,  # V0, or V1 attribute forwarding
-            lambda: engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner,
-        )
-        for get in candidates:
-            try:
-                runner = get()
-            except AttributeError:
-                continue
-            # get_model() unwraps CUDA-graph / compile wrappers where the runner has it
-            model = runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
-            if model is not None and hasattr(model, "load_weights"):
-                return model
-        return None
-
-    def update_weights(self, model: torch.nn.Module) -> None:
-        """Push the module's full current state dict into the engine (FSDP2 DTensors are gathered first)."""
-
-        def weights():
-            for name, t in model.state_dict().items():
-                for prefix in ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module."):
-                    name = name.replace(prefix, "")
-                if hasattr(t, "full_tensor"):
-                    t = t.full_tensor()
-                yield name, t.detach().to("cuda")
-
-        target = self._engine_model()
-        if target is not None:
-            target.load_weights(weights())
-        elif hasattr(self.llm, "apply_model"):  # newer vLLM: runs the function next to each worker's model
-            state = list(weights())
-            self.llm.apply_model(lambda m: m.load_weights(state))
-        else:
-            raise RuntimeError(
-                "cannot reach the vLLM engine's model to update weights; run vLLM in-process "
-                "(VLLM_ENABLE_V1_MULTIPROCESSING=0, tensor_parallel_size=1)"
-            )
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | Sequence[int],
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        prefix_lens: Sequence[int] | None = None,   # unused: vLLM's prefix caching finds shared prefixes itself
-    ) -> list[Completion]:
-        _check_generate_args(prompts, max_new_tokens, temperature, top_p)
-        budgets = _budgets(prompts, max_new_tokens)
-        todo = [i for i, m in enumerate(budgets) if m > 0]
-        result = [Completion([], "length") for _ in prompts]
-        if not todo:
-            return result
-        SamplingParams = self._vllm.SamplingParams
-        params = [
-            SamplingParams(
-                n=1,
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=budgets[i],
-                seed=None if seed is None else (int(seed) * 1_000_003 + i) % (2**63 - 1),
-                stop_token_ids=list(self.eos_token_ids),
-                ignore_eos=self.ignore_eos,
-                detokenize=False,
-            )
-            for i in todo
-        ]
-        inputs = [{"prompt_token_ids": list(prompts[i])} for i in todo]
-        outs = self.llm.generate(inputs, params, use_tqdm=False)
-        for i, o in zip(todo, outs):
-            c = o.outputs[0]
-            reason = "stop" if c.finish_reason == "stop" else "length"
-            result[i] = Completion(list(c.token_ids), reason)
-        return result
-
-
-def _has_tokenizer_files(path: str) -> bool:
-    return any(os.path.exists(os.path.join(path, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# factories
-
-
-def _model_eos_ids(model, tokenizer) -> list[int]:
-    """EOS ids from the tokenizer and the model's generation config (chat models often list several)."""
-    ids: list[int] = []
-    gc = getattr(model, "generation_config", None)
-    for src in (getattr(tokenizer, "eos_token_id", None), getattr(gc, "eos_token_id", None)):
-        for e in _eos_list(src):
-            if e not in ids:
-                ids.append(e)
-    return ids
-
-
-def make_sampler(model, tokenizer, *, engine: str = "hf", **kw) -> Sampler:
-    """Build a sampler for `model`. engine: "hf" | "vllm" | "auto" (vLLM when CUDA and vllm are available).
-
-    EOS ids default to the union of the tokenizer's and the generation config's; the pad id to the tokenizer's
-    (else the first EOS id). Other keywords go to the engine (`max_batch_size` for HF, which vLLM receives as
-    `max_num_seqs`; `gpu_memory_utilization` and vllm.LLM arguments for vLLM)."""
-    engines = ("hf", "vllm", "auto")
-    if engine not in engines:
-        raise ValueError(f"engine must be one of {engines}, got {engine!r}")
-    if engine == "auto":
-        engine = "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
-    eos = kw.pop("eos_token_id", None) or _model_eos_ids(model, tokenizer)
-    if not eos:
-        raise ValueError("no EOS id: the tokenizer and generation config define none; pass eos_token_id=")
-    pad = kw.pop("pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = _eos_list(eos)[0]
-    if engine == "hf":
-        return HFSampler(model, eos_token_id=eos, pad_token_id=pad, **kw)
-    if "max_batch_size" in kw:   # the same knob in vLLM's words: sequences scheduled together
-        kw["max_num_seqs"] = kw.pop("max_batch_size")
-    return VLLMSampler(model, eos_token_id=eos, pad_token_id=pad, tokenizer=tokenizer, **kw)
-
-
-def _looks_like_hub_id(path: str) -> bool:
-    try:
-        from huggingface_hub.utils import validate_repo_id
-
-        validate_repo_id(path)
-    except Exception:
-        return False
-    return not path.startswith((".", "/", "~")) and path.count("/") <= 1
-
-
-def load_policy(path: str, *, device=None, dtype=None):
-    """Load a causal LM and its tokenizer from a Hugging Face directory or hub id; eval mode.
-
-    dtype: a torch.dtype, its name ("bfloat16") or None (the checkpoint's). A tokenizer without a pad token gets
-    its EOS token as pad."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = str(path)
-    if not os.path.exists(path) and not _looks_like_hub_id(path):
-        raise FileNotFoundError(
-            f"policy {path!r} does not exist locally and is not a valid Hugging Face hub id (owner/name)"
-        )
-    kwargs = {}
-    if dtype is not None:
-        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as e:
-        raise OSError(f"could not load policy {path!r}: {e}") from e
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer of {path!r} has neither a pad nor an EOS token; set one before sampling")
-        tokenizer.pad_token = tokenizer.eos_token
-    if device is not None:
-        model = model.to(device)
-    model.eval()
-    return model, tokenizer

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
 
-from eval.benchmarks.base import Verdict
+from scoring.verdict import Verdict
 
 __all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "grade_math_batch", "grade_math_many", "math_item",
            "qwen_item"]
@@ -33,7 +33,7 @@ class PoolResult:
 
 
 # imported once by the fork server, so a replacement worker starts in milliseconds instead of ~1 s
-_PRELOAD = ("eval.grading.math", "eval.grading.qwen", "math_verify", "latex2sympy2_extended", "sympy")
+_PRELOAD = ("scoring.math", "scoring.qwen", "math_verify", "latex2sympy2_extended", "sympy")
 
 
 def default_workers() -> int:
@@ -187,12 +187,12 @@ def apply(fn: Callable, *args):
 
 def math_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> Verdict:
     """math-verify grading of one response, with math-verify's SIGALRM timeout off (the pool bounds time)."""
-    from eval.grading.math import grade_math
+    from scoring.math import grade_math
     return grade_math(response, gold, multiple_answer=multiple_answer, unit=unit, timeout=None)
 
 
 def qwen_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> bool:
-    from eval.grading.qwen import grade_qwen
+    from scoring.qwen import grade_qwen
     return grade_qwen(response, gold, unit=unit)
 
 
@@ -204,7 +204,7 @@ def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, w
     ``Verdict(False, "timeout", <extracted answer>)``; an item whose grading raised gets "wrong_answer" with the
     error in ``detail``.
     """
-    from eval.grading.math import extract_answer
+    from scoring.math import extract_answer
     own = pool is None
     pool = pool or WorkerPool(math_item, workers=workers, timeout=timeout)
     try:

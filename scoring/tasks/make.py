@@ -1,7 +1,7 @@
 """Write a task's examples to a JSONL data file (one row per line, written atomically).
 
-    python -m trainer.tasks.make --task addition --n 1000 --seed 0 --min-digits 2 --max-digits 3 --out data.jsonl
-    python -m trainer.tasks.make --task countdown --n 500 --seed 1 --max-numbers 3 --out cd.jsonl
+    python -m scoring.tasks.make --task addition --n 1000 --seed 0 --min-digits 2 --max-digits 3 --out data.jsonl
+    python -m scoring.tasks.make --task countdown --n 500 --seed 1 --max-numbers 3 --out cd.jsonl
 
 Difficulty options are the keywords of the task's ``make_examples`` (its ``DIFFICULTY`` dict); giving one
 that belongs to another task is an error. Unset options keep the task's defaults.
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from trainer.tasks import TASKS, get_task
+from scoring.tasks import TASKS, get_task
 
 
 def add_difficulty_args(parser: argparse.ArgumentParser) -> None:

@@ -4,12 +4,12 @@ Each task module exposes ``make_examples(n, *, seed, **difficulty) -> list[dict]
 ``prompt``, ``answer``, ``solution`` plus task fields; deterministic in the seed), ``reward(response,
 example) -> float`` (1.0 or 0.0) and ``DIFFICULTY`` (the difficulty keywords and their defaults). The
 ``solution`` column is the task's own solver trace: the target of supervised warm-up (``trainer.sft``) and
-LUFFY's off-policy column. ``python -m trainer.tasks.make`` writes a JSONL data file.
+LUFFY's off-policy column. ``python -m scoring.tasks.make`` writes a JSONL data file.
 """
 
 from types import ModuleType
 
-from trainer.tasks import addition, countdown
+from scoring.tasks import addition, countdown
 
 TASKS: dict[str, ModuleType] = {"addition": addition, "countdown": countdown}
 

@@ -14,7 +14,7 @@ concise, following Qwen's recipe:
 5. symbolic: parse both (latex2sympy, then sympy's ``parse_expr``) and test ``a == b``, ``simplify(a - b) == 0``
    or numeric closeness.
 
-Pure (no IO). sympy's ``simplify`` can hang on hostile input: run it under ``eval.grading.pool``.
+Pure (no IO). sympy's ``simplify`` can hang on hostile input: run it under ``scoring.pool``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 
-from eval.grading.math import extract_answer, normalize_gold, split_top_level, strip_unit
+from scoring.math import extract_answer, normalize_gold, split_top_level, strip_unit
 
 __all__ = ["strip_string", "math_equal", "grade_qwen", "disagreements"]
 

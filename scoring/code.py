@@ -1,4 +1,4 @@
-"""Code grading: take the program out of a response, run it in ``eval.sandbox``, compare like LiveCodeBench.
+"""Code grading: take the program out of a response, run it in ``scoring.sandbox``, compare like LiveCodeBench.
 
 The program never reports its own verdict: the sandbox returns what it printed (stdin problems) or the value a
 function returned (functional problems) and the comparison happens here, in the grader.
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
-from eval.benchmarks.base import Verdict
-from eval.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases
+from scoring.verdict import Verdict
+from scoring.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases
 
 __all__ = ["LCB_IMPORT_PRELUDE", "CodeTest", "extract_code", "stdout_matches", "grade_code", "verdict_of_status",
            "short_repr"]

@@ -18,7 +18,7 @@ verl calls the padding half of this "remove padding" and TRL "padding-free"; sha
 samples is what makes GRPO-style batches (G samples per prompt) cheaper still.
 
 Prompts are matched by content: rows with the same prompt in one micro-batch share its computation
-(``policy.micro_batches`` keeps a prompt's rows together when asked to). The HF sampler prefills with the same
+(``inference.batching.micro_batches`` keeps a prompt's rows together when asked to). The HF sampler prefills with the same
 layout (``prefill=True``: every token an input, one next-token logit per row, keys and values handed to its
 cache), with a shared prefix (the question) as the "prompt" and the rest of each row (a seed) as its "response".
 """
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from trainer.sampler import _DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
+from inference.layers import DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -41,7 +41,7 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if reason is not None:
         return reason
     layers = model.model.layers
-    if not all(_DecodeLayer.supports(layer) for layer in layers):
+    if not all(DecodeLayer.supports(layer) for layer in layers):
         return "a decoder layer is not a standard Llama-family layer"
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"

@@ -6,7 +6,7 @@
 | ``qwen-math`` | Qwen2.5-Math (the paper's 7B runs) | its chat format, written out (no chat template needed) |
 | ``qwen-boxed`` | chat models | question + boxed instruction, through the tokenizer's chat template when it has one |
 | ``r1`` | DeepSeek-R1-Distill-Qwen | R1's user turn with the boxed instruction, ending in ``<think>\\n`` |
-| ``lcb`` | LiveCodeBench | lcb_runner's system prompt + question via the chat template (see livecodebench.py) |
+| ``lcb`` | LiveCodeBench | lcb_runner's system prompt + question via the chat template (``lcb_prompt``) |
 
 The rendered text is tokenized with ``tokenizer(text, add_special_tokens=False)`` (docs/architecture.md), so every
 special token a model needs (``<|im_start|>``, ``<｜begin▁of▁sentence｜>``) is spelled out here.
@@ -14,9 +14,40 @@ special token a model needs (``<|im_start|>``, ``<｜begin▁of▁sentence｜>``
 
 from __future__ import annotations
 
-__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "render_prompt"]
+__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "render_prompt", "lcb_prompt", "lcb_question"]
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+# LiveCodeBench (lcb_runner's generic prompt, ``lcb_runner/prompts/code_generation.py``)
+SYSTEM_PROMPT = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
+                 "generate a correct Python program that matches the specification and passes all tests. You will "
+                 "NOT return anything except for the program.")
+FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
+                       "code within delimiters.")
+# lcb_runner's current wording (older revisions end after "as follows.")
+FORMAT_WITHOUT_STARTER = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not "
+                          "directly test on the sample inputs). Enclose your code within delimiters as follows. "
+                          "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
+                          "writes output to STDOUT.")
+
+
+def lcb_question(content: str, starter_code: str) -> str:
+    """lcb_runner's ``get_generic_question_template_answer``: the user turn of the prompt."""
+    prompt = f"### Question:\n{content}\n\n"
+    if starter_code:
+        prompt += f"### Format: {FORMAT_WITH_STARTER}\n```python\n{starter_code}\n```\n\n"
+    else:
+        prompt += f"### Format: {FORMAT_WITHOUT_STARTER}\n```python\n# YOUR CODE HERE\n```\n\n"
+    prompt += "### Answer: (use the provided format with backticks)\n\n"
+    return prompt
+
+
+def lcb_prompt(question: str, tokenizer=None) -> str:
+    """LiveCodeBench's prompt (the ``lcb`` template): system prompt + user turn, through the tokenizer's chat template when it has one."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return f"{SYSTEM_PROMPT}\n\n{question}"
 
 
 def _raw(question: str, tokenizer=None) -> str:
@@ -45,8 +76,6 @@ def _r1(question: str, tokenizer=None) -> str:
 
 
 def _lcb(question: str, tokenizer=None) -> str:
-    # LiveCodeBench's generic prompt (system turn + the question's user turn); it lives with the benchmark
-    from eval.benchmarks.livecodebench import render_prompt as lcb_prompt
     return lcb_prompt(question, tokenizer)
 
 

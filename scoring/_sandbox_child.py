@@ -1,4 +1,4 @@
-"""Sandbox runner (trusted): started by ``eval.sandbox`` as ``python -I -S -B _sandbox_child.py SPEC STATUS CTL``.
+"""Sandbox runner (trusted): started by ``scoring.sandbox`` as ``python -I -S -B _sandbox_child.py SPEC STATUS CTL``.
 
 Nothing here decides pass or fail. The runner reads a run spec (``marshal``, written by the grader), builds the
 jail, and for every test case forks a fresh copy of itself that drops privileges and runs the untrusted program.

@@ -1,13 +1,13 @@
 """Run model-written programs, which are hostile by assumption, and hand back what they did as data.
 
 The sandbox never decides whether a program is right: it returns the program's output (stdin mode) or the JSON
-value a named function returned (function mode), and ``eval.grading.code`` compares them with the gold.
+value a named function returned (function mode), and ``scoring.code`` compares them with the gold.
 
 Isolation, per sandbox call (one call runs one program on one or more test cases)::
 
     grader (this process)
       └── unshare --net --pid --mount --ipc --uts --fork --kill-child      new namespaces, no network
-            └── runner (eval/_sandbox_child.py): ``python -I -S -B``, PID 1 of the new PID namespace, root
+            └── runner (scoring/_sandbox_child.py): ``python -I -S -B``, PID 1 of the new PID namespace, root
                   builds a jail: a tmpfs over /tmp holding read-only binds of /usr and the standard library,
                   /dev/null|zero|urandom|random and /etc/ld.so.cache, nothing else of the host (no /work, /home,
                   /root, no data files, no /proc); tmpfs mounts as working directory (/sandbox), /tmp and
@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
-MEMORY_EXIT = 213                     # must match eval/_sandbox_child.py
+MEMORY_EXIT = 213                     # must match scoring/_sandbox_child.py
 SANDBOX_UID = SANDBOX_GID = 65534     # "nobody"
 DEFAULT_MAX_OUTPUT = 1 << 20          # 1 MiB per stream
 DEFAULT_NPROC = 32                    # RLIMIT_NPROC of uid 65534 (machine-wide: concurrent calls share it)

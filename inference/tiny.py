@@ -17,7 +17,7 @@ transformers 4.x, which vLLM pins, knows), so both reload the exact ``tokenizer.
 
 CLI::
 
-    python -m trainer.tiny --out runs/tiny-1m --size 1m [--seed 0]
+    python -m inference.tiny --out runs/tiny-1m --size 1m [--seed 0]
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""The rollout-engine interface every engine implements, and the argument rules they share.
+
+A prompt is a list of token ids; it may already hold a prefix of an earlier response (a Thinking Seeds *seed*,
+DESIGN.md §2). ``generate`` returns one ``Completion`` per prompt (callers repeat a prompt G times for G samples).
+The whole prompt is prefilled in one forward pass (never decoded token by token), so a long seed costs one
+prefill, like a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+__all__ = ["Completion", "Sampler", "budgets", "check_generate_args"]
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # generated ids; ends with an EOS id when finish_reason == "stop", nothing after it
+    finish_reason: str  # "stop" (an EOS id was generated) | "length" (max_new_tokens reached)
+    # with generate(..., logprobs=True): per generated token, log pi(token) and the entropy (nats) of the
+    # distribution it was drawn from, both at the sampling temperature before top-p (what the trainer computes)
+    logprobs: list[float] | None = None
+    entropies: list[float] | None = None
+
+
+class Sampler(Protocol):
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | Sequence[int],  # one budget for all prompts, or one per prompt
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
+        prefix_lens: Sequence[int] | None = None,  # leading tokens of each prompt that other rows share (a hint)
+    ) -> list[Completion]: ...
+
+    def update_weights(self, model: torch.nn.Module) -> None: ...
+
+
+def budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int]) -> list[int]:
+    """Per-prompt generation budgets (a seeded continuation may only fill what its seed left)."""
+    if isinstance(max_new_tokens, int):
+        return [max_new_tokens] * len(prompts)
+    budgets = [int(m) for m in max_new_tokens]
+    if len(budgets) != len(prompts):
+        raise ValueError(f"max_new_tokens has {len(budgets)} budgets for {len(prompts)} prompts")
+    return budgets
+
+
+def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float):
+    if min(budgets(prompts, max_new_tokens), default=0) < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token (e.g. BOS)")
