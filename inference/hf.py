@@ -16,8 +16,8 @@ import torch
 
 from inference.batching import micro_batches
 from inference.flat import build_layout, run_layout
-from inference.layers import DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
-from inference.protocol import Completion, budgets, check_generate_args
+from inference.layers import DecodeLayer, fast_path_unsupported_reason, rms_norm, rotate_half_matrix
+from inference.protocol import Completion, check_generate_args, prompt_budgets
 from inference.stops import eos_list
 
 __all__ = ["HFSampler", "draw", "sample_next_token"]
@@ -272,7 +272,7 @@ class HFSampler:
         check_generate_args(prompts, max_new_tokens, temperature, top_p)
         if prefix_lens is not None and len(prefix_lens) != len(prompts):
             raise ValueError(f"prefix_lens has {len(prefix_lens)} entries for {len(prompts)} prompts")
-        budgets = budgets(prompts, max_new_tokens)
+        budgets = prompt_budgets(prompts, max_new_tokens)
         empty = [] if logprobs else None
         results: list[Completion | None] = [Completion([], "length", empty, empty) if m == 0 else None
                                             for m in budgets]

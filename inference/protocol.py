@@ -13,7 +13,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-__all__ = ["Completion", "Sampler", "budgets", "check_generate_args"]
+__all__ = ["Completion", "Sampler", "check_generate_args", "prompt_budgets"]
 
 
 @dataclass
@@ -42,18 +42,18 @@ class Sampler(Protocol):
     def update_weights(self, model: torch.nn.Module) -> None: ...
 
 
-def budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int]) -> list[int]:
+def prompt_budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int]) -> list[int]:
     """Per-prompt generation budgets (a seeded continuation may only fill what its seed left)."""
     if isinstance(max_new_tokens, int):
         return [max_new_tokens] * len(prompts)
-    budgets = [int(m) for m in max_new_tokens]
-    if len(budgets) != len(prompts):
-        raise ValueError(f"max_new_tokens has {len(budgets)} budgets for {len(prompts)} prompts")
-    return budgets
+    out = [int(m) for m in max_new_tokens]
+    if len(out) != len(prompts):
+        raise ValueError(f"max_new_tokens has {len(out)} budgets for {len(prompts)} prompts")
+    return out
 
 
 def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float):
-    if min(budgets(prompts, max_new_tokens), default=0) < 0:
+    if min(prompt_budgets(prompts, max_new_tokens), default=0) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from inference.protocol import Completion, budgets, check_generate_args
+from inference.protocol import Completion, check_generate_args, prompt_budgets
 from inference.stops import eos_list
 
 __all__ = ["VLLMSampler"]
@@ -130,7 +130,7 @@ class VLLMSampler:
         prefix_lens: Sequence[int] | None = None,   # unused: vLLM's prefix caching finds shared prefixes itself
     ) -> list[Completion]:
         check_generate_args(prompts, max_new_tokens, temperature, top_p)
-        budgets = budgets(prompts, max_new_tokens)
+        budgets = prompt_budgets(prompts, max_new_tokens)
         todo = [i for i, m in enumerate(budgets) if m > 0]
         result = [Completion([], "length") for _ in prompts]
         if not todo:

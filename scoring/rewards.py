@@ -27,9 +27,9 @@ def math_reward(response: str, example: dict) -> float:
 
 def code_reward(response: str, example: dict) -> float:
     """Example fields: 'tests' (list of {input, output}), 'testtype' (stdin | functional), 'fn_name'."""
-    from scoring.code import extract_program, grade_code
+    from scoring.code import extract_code, grade_code
     tests = example["tests"] if "tests" in example else example["answer"]
-    verdict = grade_code(extract_program(response), tests, kind=example.get("testtype", "stdin"),
+    verdict = grade_code(extract_code(response), tests, kind=example.get("testtype", "stdin"),
                          fn_name=example.get("fn_name"))
     return 1.0 if verdict.correct else 0.0
 

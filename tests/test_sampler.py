@@ -164,7 +164,7 @@ def test_seed_continuation_equals_tail_of_greedy(model, prompts):
 def test_shared_prefixes_are_prefilled_once_with_the_same_completions(model, prompts, prefill_tokens, monkeypatch):
     """Seeded rows (question + seed) of the same question share its prefill; greedy tails and per-token
     log-probs are those of the unshared prefill, also when the prefill is cut into pieces that split a group."""
-    import inference.flat as flat
+    import inference.hf as hf
     sampler = HFSampler(model, eos_token_id=1000, pad_token_id=PAD, prefill_tokens=prefill_tokens)
     qs = prompts[:3]
     full = sampler.generate(qs, max_new_tokens=12, temperature=0.0)
@@ -174,8 +174,8 @@ def test_shared_prefixes_are_prefilled_once_with_the_same_completions(model, pro
             rows.append(q + f.token_ids[:k])
             shared.append(len(q))
     computed = []
-    run = flat.run_layout
-    monkeypatch.setattr(flat, "run_layout", lambda m, lay, **kw: computed.append(lay.ids.numel()) or run(m, lay, **kw))
+    run = hf.run_layout
+    monkeypatch.setattr(hf, "run_layout", lambda m, lay, **kw: computed.append(lay.ids.numel()) or run(m, lay, **kw))
     plain = sampler.generate(rows, max_new_tokens=12, temperature=0.0, logprobs=True)
     n_plain = sum(computed)
     computed.clear()

@@ -22,17 +22,22 @@ ISO = sb.isolation()
 full = pytest.mark.skipif(not ISO.full, reason=f"needs full sandbox isolation: {ISO.reason}")
 
 
-def _procs_of_uid(uid: int) -> list[int]:
+def _tagged(code: str) -> tuple[str, str]:
+    """(tag, code that first names its process ``tag``): prctl(PR_SET_NAME) sets the command name, which every
+    process it forks inherits, so a test finds the processes of its own programs and no one else's (other
+    sandboxes running on the machine, or other daemons of uid 65534, are not counted)."""
+    tag = "tsb" + uuid.uuid4().hex[:12]   # at most 15 characters: the kernel's limit for a command name
+    return tag, f"import ctypes\nctypes.CDLL(None).prctl(15, {tag.encode()!r}, 0, 0, 0)\n" + code
+
+
+def _procs_named(tag: str) -> list[int]:
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                with open(f"/proc/{d}/status") as f:
-                    for line in f:
-                        if line.startswith("Uid:"):
-                            if int(line.split()[1]) == uid:
-                                pids.append(int(d))
-                            break
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() == tag:
+                        pids.append(int(d))
             except OSError:
                 pass
     return pids
@@ -40,9 +45,21 @@ def _procs_of_uid(uid: int) -> list[int]:
 
 # ------------------------------------------------------------------------------------------- basics
 
-@full
-def test_probe_reports_full_isolation():
-    assert ISO.namespaces and ISO.uid == 65534 and ISO.reason == ""
+def test_probe_agrees_with_what_a_program_sees():
+    """The probe's verdict is what a program run in the sandbox observes: with full isolation it is PID 2 of a new
+    PID namespace (its runner is PID 1), runs as uid 65534 and cannot see the host's root; without, it runs in
+    the host's namespace and the probe names why."""
+    here = str(Path(__file__).resolve())   # a file of the host's
+    r = sb.run_program(f"import os\nprint(os.getpid(), os.getppid(), os.getuid(), os.path.exists({here!r}))\n")
+    pid, ppid, uid, sees_host = r.stdout.split()
+    assert r.status == "ok" and r.isolated == ISO.full
+    if ISO.full:
+        assert (ppid, uid, sees_host) == ("1", "65534", "False") and int(pid) <= 3 and ISO.reason == ""
+    else:
+        assert ISO.reason and ppid != "1" and sees_host == "True"
+
+
+def test_probe_is_cached():
     assert sb.isolation() is ISO   # probed once, cached
 
 
@@ -141,8 +158,7 @@ def test_status_classification():
 
 @full
 def test_fork_bomb_is_stopped_and_host_process_count_recovers():
-    before = set(_procs_of_uid(65534))
-    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    tag, bomb = _tagged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     t0 = time.monotonic()
     # case 1 is the bomb; case 2, in the same namespace right after it, can still fork normally
     r, after = sb.run_cases("import sys\nexec(sys.stdin.read())\n",
@@ -150,7 +166,7 @@ def test_fork_bomb_is_stopped_and_host_process_count_recovers():
     assert r.status == "time_limit"
     assert after.status == "ok" and after.stdout == "0\n"
     assert time.monotonic() - t0 < 2.0 + 3.0
-    assert set(_procs_of_uid(65534)) - before == set()   # no process of the bomb is left on the host
+    assert _procs_named(tag) == []   # no process of the bomb is left on the host
 
 
 def test_memory_bomb_is_memory_limit():
@@ -240,7 +256,7 @@ def test_killing_the_parent_or_everything_leaves_the_grader_alive():
 
 @full
 def test_detached_grandchild_is_killed(tmp_path):
-    daemon = ("import os, time\n"
+    tag, daemon = _tagged("import os, time\n"
               "if os.fork() == 0:\n"
               "    os.setsid()\n"
               "    if os.fork() == 0:\n"
@@ -251,16 +267,15 @@ def test_detached_grandchild_is_killed(tmp_path):
               "print('parent done')\n")
     check = "import os, time\ntime.sleep(1.5)\nprint(os.path.exists('/tmp/late.txt'))\n"
     # case 1 leaves a daemon behind; case 2 (same namespace) waits past the daemon's write and looks for it
-    before = set(_procs_of_uid(65534))
     r1, r2 = sb.run_cases("import sys\nexec(sys.stdin.read())\n", [daemon, check])
     assert r1.stdout == "parent done\n" and r2.stdout == "False\n"
-    assert set(_procs_of_uid(65534)) - before == set()
+    assert _procs_named(tag) == []
     # the grader stopping a call early (first failing test) kills the namespace: runner, case, daemons
     t0 = time.monotonic()
     rs = sb.run_cases("import sys\nexec(sys.stdin.read())\n", [daemon, "import time\ntime.sleep(30)\n"],
                       on_case=lambda i, r: False)
     assert len(rs) == 1 and time.monotonic() - t0 < 5
-    assert set(_procs_of_uid(65534)) - before == set()
+    assert _procs_named(tag) == []
 
 
 @full
@@ -268,23 +283,23 @@ def test_grader_death_takes_its_sandboxes_along():
     import signal
     import subprocess
     import sys
-    before = set(_procs_of_uid(65534))
+    tag, sleeper = _tagged("import time\ntime.sleep(60)\n")
     grader = subprocess.Popen([sys.executable, "-c",
                                "from scoring import sandbox as sb\n"
                                "print('started', flush=True)\n"
-                               "sb.run_program('import time\\ntime.sleep(60)', timeout_s=60)\n"],
+                               f"sb.run_program({sleeper!r}, timeout_s=60)\n"],
                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
     assert grader.stdout.readline() == "started\n"
     deadline = time.monotonic() + 20
-    while not set(_procs_of_uid(65534)) - before and time.monotonic() < deadline:
+    while not _procs_named(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert set(_procs_of_uid(65534)) - before, "the sandboxed program never started"
+    assert _procs_named(tag), "the sandboxed program never started"
     grader.send_signal(signal.SIGKILL)
     grader.wait()
     deadline = time.monotonic() + 5
-    while set(_procs_of_uid(65534)) - before and time.monotonic() < deadline:
+    while _procs_named(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert set(_procs_of_uid(65534)) - before == set()
+    assert _procs_named(tag) == []
 
 
 def test_segfault_is_runtime_error():
