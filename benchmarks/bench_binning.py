@@ -8,7 +8,7 @@ and ``prompt_ids`` are short placeholders (the positions analysis never reads th
 
 Sides (fresh interpreters, alternated):
 
-- ``tsanalysis``: ``tsanalysis.cli.positions_tables(run_dir)`` — streams the files in record batches and bins
+- ``tsanalysis``: ``tsanalysis.tables.positions_tables(run_dir)`` — streams the files in record batches and bins
   entropy, clipping and token counts for the all / seed / continuation series. Also reports the child's peak RSS
   (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, interpreter and imports included).
 - ``numpy bare``: the same sums and counts (3 series x {tokens, entropy, loss tokens, clipped low, clipped high})
@@ -124,7 +124,7 @@ def _peak_rss_mb() -> float:
 
 
 def tsanalysis_side(*, run_dir: str) -> dict:
-    from tsanalysis.cli import positions_tables
+    from tsanalysis.tables import positions_tables
     t0 = time.perf_counter()
     tables = positions_tables(run_dir, n_bins=N_BINS)
     wall = time.perf_counter() - t0

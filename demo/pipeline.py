@@ -22,7 +22,6 @@ stands for which paper row); the methods themselves are the presets ``trainer/co
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
@@ -334,33 +333,20 @@ def final_checkpoint(cfg) -> Path:
 # ------------------------------------------------------------------------------------------------------------
 def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, log: Log,
              baseline: str | None = BASELINE) -> dict:
-    """``python -m eval.run`` in-process on every (name, checkpoint); returns the leaderboard dict.
-
-    Its output (per-benchmark lines, the leaderboard) goes to ``out/eval/eval.log``; the leaderboard is then
-    rewritten with ``baseline`` as the reference of the paired comparisons."""
-    from eval.leaderboard import build_leaderboard, write_leaderboard
-    from eval.run import main as eval_main
+    """``eval.run.run_eval`` on every (name, checkpoint); returns the leaderboard dict (``baseline`` is the
+    reference of its paired comparisons). Its report lines and the leaderboard also go to ``out/eval/eval.log``."""
+    from eval.run import format_report, run_eval
 
     root = out / "eval"
     root.mkdir(parents=True, exist_ok=True)
-    argv = ["--benchmarks", budget.task, "--n", str(budget.eval_n), "--out", str(root), "--engine", "hf",
-            "--seed", "0", "--no-progress"]
-    if budget.eval_limit is not None:
-        argv += ["--limit", str(budget.eval_limit)]
-    for name, path in models:
-        argv += ["--model", str(path), "--name", name]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = eval_main(argv)
-    (root / "eval.log").write_text("python -m eval.run " + " ".join(argv) + "\n\n" + buf.getvalue())
-    if rc != 0:
-        raise DemoError(f"eval.run exited with {rc}; see {root / 'eval.log'}")
-    reports = [line for line in buf.getvalue().splitlines() if line.startswith(f"{budget.task}:")]
-    for (name, _), line in zip(models, reports):   # eval.run reports one line per model, in --model order
-        log(f"  {name:<20} {line}")
-    board = build_leaderboard(root, baseline=baseline if baseline in {n for n, _ in models} else None)
-    write_leaderboard(board, root)
-    return board
+    lines: list[str] = []
+    result = run_eval([str(path) for _, path in models], [budget.task], names=[name for name, _ in models],
+                      out=root, n=budget.eval_n, limit=budget.eval_limit, seed=0, engine="hf", progress=False,
+                      baseline=baseline if baseline in {n for n, _ in models} else None, log=lines.append)
+    for r in result["reports"]:
+        log(f"  {r['model']:<20} {format_report(r)}")
+    (root / "eval.log").write_text("\n".join(lines) + "\n\n" + result["leaderboard_md"] + "\n")
+    return result["leaderboard"]
 
 
 # ------------------------------------------------------------------------------------------------------------

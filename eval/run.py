@@ -8,6 +8,10 @@ Math answers are graded by math-verify in a process pool with a hard per-item ti
 Qwen-style grader (disagreements go to ``<benchmark>.disagreements.jsonl``). At the end the leaderboard of
 everything under ``--out`` is printed and written (``eval.leaderboard``).
 
+Library: ``run_eval(models, benchmarks, out=..., ...)`` does all of that and RETURNS the per-model, per-benchmark
+reports (``format_report`` renders one as the line the command prints) and the leaderboard; ``main`` is the
+command line over it (argument parsing, printing).
+
 ``--samples FILE`` grades completions produced elsewhere (JSON lines ``{"problem_id": ..., "responses": [...]}``;
 ``--model`` is then only the name). ``--lm-eval-tasks`` also runs lm-evaluation-harness tasks
 (``eval.lm_eval_bridge``); their main metric joins the same leaderboard.
@@ -27,7 +31,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from eval.benchmarks import BENCHMARKS, get_benchmark
 from eval.benchmarks.base import Benchmark, Problem, Verdict
@@ -35,9 +39,21 @@ from contracts.jsonl import iter_jsonl
 from eval.samples import append_row, check_settings, read_samples, repair
 from scoring.templates import TEMPLATES, render_prompt
 
-__all__ = ["main", "model_name", "grade_responses", "evaluate_samples", "evaluate_model"]
+__all__ = ["EvalUsageError", "run_eval", "format_report", "main", "model_name", "grade_responses",
+           "evaluate_samples", "evaluate_model"]
 
 GRADE_TIMEOUT_S = 10.0   # hard per-item limit for math grading (math-verify takes ~2 ms on normal answers)
+
+Log = Callable[[str], None]
+
+
+class EvalUsageError(ValueError):
+    """``run_eval`` was asked something that cannot run (nothing to do, an unknown benchmark, a flag combination
+    that does not apply); raised before any model is loaded. The command line exits with the message."""
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
 
 
 def model_name(spec: str) -> str:
@@ -143,22 +159,39 @@ def write_disagreements(path: Path) -> tuple[float, int] | None:
     return rate, len(dis)
 
 
-def _report(bench: Benchmark, path: Path, timeouts: int) -> None:
+def _report(name: str, bench: Benchmark, path: Path, timeouts: int) -> dict | None:
+    """The scores of one sample file (None when it holds no rows); for math it also rewrites the disagreements."""
     from eval.metrics import counts, summarize
     rows = read_samples(path)
     if not rows:
-        return
+        return None
     _, n, c = counts(rows)
     s = summarize(n, c, ks=[1])
-    lo, hi = s["avg_ci"]
-    msg = (f"{bench.name}: avg@{s['n_min'] if s['n_min'] == s['n_max'] else 'n'} = {s['avg']:.4f} "
-           f"[{lo:.4f}, {hi:.4f}] over {s['problems']} problems")
+    report = {"model": name, "benchmark": bench.name, "kind": bench.kind, "path": path,
+              "problems": s["problems"], "n_min": s["n_min"], "n_max": s["n_max"], "avg": s["avg"],
+              "avg_ci": tuple(s["avg_ci"]), "grading_timeouts": None, "disagreement_rate": None,
+              "disagreements": None}
     if bench.kind == "math":
-        msg += f"; grading timeouts this run: {timeouts}"
+        report["grading_timeouts"] = timeouts
         dis = write_disagreements(path)
         if dis is not None:
-            msg += f"; math-verify vs Qwen-style disagreement {dis[0]:.2%} ({dis[1]} samples)"
-    print(msg, flush=True)
+            report["disagreement_rate"], report["disagreements"] = dis
+    return report
+
+
+def format_report(report: dict) -> str:
+    """One report as the line ``python -m eval.run`` prints:
+    ``<benchmark>: avg@n = A [lo, hi] over P problems`` (+ math: timeouts and the grader disagreement)."""
+    r = report
+    lo, hi = r["avg_ci"]
+    msg = (f"{r['benchmark']}: avg@{r['n_min'] if r['n_min'] == r['n_max'] else 'n'} = {r['avg']:.4f} "
+           f"[{lo:.4f}, {hi:.4f}] over {r['problems']} problems")
+    if r["grading_timeouts"] is not None:
+        msg += f"; grading timeouts this run: {r['grading_timeouts']}"
+    if r["disagreement_rate"] is not None:
+        msg += (f"; math-verify vs Qwen-style disagreement {r['disagreement_rate']:.2%} "
+                f"({r['disagreements']} samples)")
+    return msg
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,9 +229,10 @@ def read_samples_input(path: str | os.PathLike, problems: list[Problem]) -> dict
 
 def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], samples_file: str, out_dir: Path, *,
                      template: str, limit: int | None = None, pool=None, chunk_problems: int = 16,
-                     progress: bool = False) -> Path:
+                     progress: bool = False, log: Log = _print) -> dict | None:
     """Grade responses produced elsewhere; append to ``out_dir/name/<benchmark>.jsonl``. ``problems``: all of the
-    benchmark's (ids in the file are checked against them); ``limit``: grade only the first ``limit`` of them."""
+    benchmark's (ids in the file are checked against them); ``limit``: grade only the first ``limit`` of them.
+    Returns the file's report (``format_report``; ``path`` is the sample file), None when it holds no rows."""
     given = read_samples_input(samples_file, problems)
     problems = [p for p in problems[:limit] if p.id in given]
     settings = {"model": name, "model_path": None, "benchmark": bench.name, "benchmark_version": bench.version,
@@ -221,15 +255,18 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
                                    None if qwen is None else qwen[i], given[p.id][1], settings))
             bar.update(len(chunk))
     bar.close()
-    _report(bench, path, timeouts)
-    return path
+    report = _report(name, bench, path, timeouts)
+    if report is not None:
+        log(format_report(report))
+    return report
 
 
 def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Problem], dict]], out_dir: Path, *,
                    engine: str, seed: int, pool=None, chunk_sequences: int = 512, device=None, dtype=None,
-                   gpu_memory_utilization: float = 0.85, progress: bool = True) -> None:
+                   gpu_memory_utilization: float = 0.85, progress: bool = True, log: Log = _print) -> list[dict]:
     """Generate and grade every benchmark for one model. ``benches``: (benchmark, problems, settings) with the
-    settings already checked against existing files (``_prepare``), so nothing expensive starts before errors."""
+    settings already checked against existing files (``_prepare``), so nothing expensive starts before errors.
+    Returns one report per benchmark with rows (``format_report``), in ``benches`` order."""
     from tqdm.auto import tqdm
 
     import torch
@@ -245,6 +282,7 @@ def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Pro
         model, tokenizer = load_policy(spec, device=device or ("cuda" if cuda else None),
                                        dtype=dtype or ("bfloat16" if cuda else None))
         sampler = make_sampler(model, tokenizer, engine="hf")
+    reports = []
     for bench, problems, settings in benches:
         path = out_dir / name / f"{bench.name}.jsonl"
         todo = _prepare(path, problems, settings)
@@ -273,7 +311,11 @@ def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Pro
                 bar.update(len(chunk))
                 bar.set_postfix(gen_tok_s=f"{sum(len(c.token_ids) for c in comps) / max(gen_s, 1e-9):.0f}")
         bar.close()
-        _report(bench, path, timeouts)
+        report = _report(name, bench, path, timeouts)
+        if report is not None:
+            log(format_report(report))
+            reports.append(report)
+    return reports
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,10 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings_for(bench: Benchmark, args, spec: str, name: str) -> dict:
+def _settings_for(bench: Benchmark, spec: str, name: str, *, n, temperature, top_p, max_tokens, template,
+                  seed) -> dict:
     gen = dict(bench.generation)
-    for key, val in (("n", args.n), ("temperature", args.temperature), ("top_p", args.top_p),
-                     ("max_tokens", args.max_tokens)):
+    for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens)):
         if val is not None:
             gen[key] = val
     if gen["n"] < 1 or gen["max_tokens"] < 1:
@@ -326,72 +368,115 @@ def _settings_for(bench: Benchmark, args, spec: str, name: str) -> dict:
     model_path = str(Path(spec).resolve()) if Path(spec).exists() else spec
     return {"model": name, "model_path": model_path, "benchmark": bench.name, "benchmark_version": bench.version,
             "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
-            "template": args.template or bench.default_template, "seed": args.seed, "samples_file": None}
+            "template": template or bench.default_template, "seed": seed, "samples_file": None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
-    lm_tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
-    if not names and not lm_tasks:
-        raise SystemExit("nothing to do: give --benchmarks and/or --lm-eval-tasks")
-    if args.name is not None and len(args.name) != len(args.model):
-        raise SystemExit(f"--name given {len(args.name)} times for {len(args.model)} --model")
-    if (args.samples or args.problems) and len(names) != 1:
-        raise SystemExit("--samples and --problems apply to exactly one benchmark; pass a single --benchmarks NAME")
-    if args.samples and (len(args.model) != 1 or lm_tasks):
-        raise SystemExit("--samples grades one file: give exactly one --model NAME and no --lm-eval-tasks")
+def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Sequence[str] | None = None,
+             out: str | os.PathLike = "results/eval", n: int | None = None, temperature: float | None = None,
+             top_p: float | None = None, max_tokens: int | None = None, template: str | None = None,
+             samples: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
+             limit: int | None = None, seed: int = 0, engine: str = "auto", device: str | None = None,
+             dtype: str | None = None, gpu_memory_utilization: float = 0.85, chunk_sequences: int = 512,
+             grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None, lm_eval_tasks: Sequence[str] = (),
+             lm_eval_include_path: str | None = None, lm_eval_limit: int | None = None,
+             baseline: str | None = None, progress: bool = True, log: Log = _print) -> dict:
+    """Score every model on every benchmark (the module docstring); resumes from the sample files under ``out``.
+
+    models: model directories or hub ids (with ``samples``: one name); names: their results folders (default
+    ``model_name``); benchmarks: names from ``eval.benchmarks``; ``n``, ``temperature``, ``top_p``,
+    ``max_tokens``, ``template``: override every benchmark's default; ``samples``: grade this file of
+    completions instead of generating (one model, one benchmark); ``problems``: a problems file instead of the
+    benchmark's (one benchmark); ``baseline``: the model the leaderboard's paired comparisons are against
+    (default the first). ``log`` receives one ``format_report`` line per (model, benchmark) as it finishes.
+
+    Returns ``{"reports": [...], "leaderboard": ..., "leaderboard_md": ...}``: one report per (model, sample-file
+    benchmark) in the order scored, each ``{"model", "benchmark", "kind", "path", "problems", "n_min", "n_max",
+    "avg", "avg_ci": (low, high), "grading_timeouts", "disagreement_rate", "disagreements"}`` (the last three
+    None outside math; scores over every problem in the file, earlier runs' included), then the leaderboard of
+    everything under ``out`` (``eval.leaderboard.build_leaderboard``) and its markdown, both also written there.
+    Raises ``EvalUsageError`` for requests that cannot run, before any model is loaded.
+    """
+    models, benchmarks, lm_tasks = list(models), list(benchmarks), list(lm_eval_tasks)
+    if not benchmarks and not lm_tasks:
+        raise EvalUsageError("nothing to do: give --benchmarks and/or --lm-eval-tasks")
+    if names is not None and len(names) != len(models):
+        raise EvalUsageError(f"--name given {len(names)} times for {len(models)} --model")
+    if (samples or problems) and len(benchmarks) != 1:
+        raise EvalUsageError("--samples and --problems apply to exactly one benchmark; pass a single --benchmarks NAME")
+    if samples and (len(models) != 1 or lm_tasks):
+        raise EvalUsageError("--samples grades one file: give exactly one --model NAME and no --lm-eval-tasks")
     try:
-        benches = [get_benchmark(b) for b in names]
+        benches = [get_benchmark(b) for b in benchmarks]
     except ValueError as e:
-        raise SystemExit(str(e)) from None
-    out = Path(args.out)
-    models = [(spec, (args.name[i] if args.name else model_name(spec))) for i, spec in enumerate(args.model)]
+        raise EvalUsageError(str(e)) from None
+    out = Path(out)
+    pairs = [(spec, (names[i] if names else model_name(spec))) for i, spec in enumerate(models)]
 
     # load problems and check existing files before any model is loaded
     loaded: list[tuple[Benchmark, list[Problem]]] = []
     for bench in benches:
-        problems = bench.load(args.problems) if args.problems else bench.load()
-        if args.limit is not None and not args.samples:   # with --samples, ids are checked against all problems
-            problems = problems[:args.limit]
-        loaded.append((bench, problems))
+        probs = bench.load(problems) if problems else bench.load()
+        if limit is not None and not samples:   # with samples, ids are checked against all problems
+            probs = probs[:limit]
+        loaded.append((bench, probs))
 
     from scoring.pool import WorkerPool, apply
-    pool = WorkerPool(apply, timeout=args.grade_timeout, workers=args.workers) if any(
+    pool = WorkerPool(apply, timeout=grade_timeout, workers=workers) if any(
         b.kind == "math" for b in benches) else None
+    reports: list[dict] = []
     try:
-        if args.samples:
-            (bench, problems), (spec, name) = loaded[0], models[0]
-            evaluate_samples(name, bench, problems, args.samples, out, template=args.template or
-                             bench.default_template, limit=args.limit, pool=pool, progress=not args.no_progress)
+        if samples:
+            (bench, probs), (spec, name) = loaded[0], pairs[0]
+            report = evaluate_samples(name, bench, probs, samples, out, template=template or bench.default_template,
+                                      limit=limit, pool=pool, progress=progress, log=log)
+            reports += [report] if report is not None else []
         else:
             plans = []
-            for spec, name in models:
+            for spec, name in pairs:
                 plan = []
-                for bench, problems in loaded:
-                    settings = _settings_for(bench, args, spec, name)
+                for bench, probs in loaded:
+                    settings = _settings_for(bench, spec, name, n=n, temperature=temperature, top_p=top_p,
+                                             max_tokens=max_tokens, template=template, seed=seed)
                     path = out / name / f"{bench.name}.jsonl"
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    _prepare(path, problems, settings)   # raises on a settings mismatch, before any model loads
-                    plan.append((bench, problems, settings))
+                    _prepare(path, probs, settings)   # raises on a settings mismatch, before any model loads
+                    plan.append((bench, probs, settings))
                 plans.append((spec, name, plan))
             for spec, name, plan in plans:
                 if plan:
-                    evaluate_model(spec, name, plan, out, engine=args.engine, seed=args.seed, pool=pool,
-                                   chunk_sequences=args.chunk_sequences, device=args.device, dtype=args.dtype,
-                                   gpu_memory_utilization=args.gpu_memory_utilization,
-                                   progress=not args.no_progress)
+                    reports += evaluate_model(spec, name, plan, out, engine=engine, seed=seed, pool=pool,
+                                              chunk_sequences=chunk_sequences, device=device, dtype=dtype,
+                                              gpu_memory_utilization=gpu_memory_utilization, progress=progress,
+                                              log=log)
                 if lm_tasks:
                     from eval.lm_eval_bridge import run_lm_eval
-                    run_lm_eval(spec, lm_tasks, out / name, include_path=args.lm_eval_include_path,
-                                limit=args.lm_eval_limit, device=args.device, engine=args.engine, seed=args.seed)
+                    run_lm_eval(spec, lm_tasks, out / name, include_path=lm_eval_include_path,
+                                limit=lm_eval_limit, device=device, engine=engine, seed=seed)
     finally:
         if pool is not None:
             pool.close()
 
     from eval.leaderboard import build_leaderboard, write_leaderboard
-    board = build_leaderboard(out)
-    print(write_leaderboard(board, out))
+    board = build_leaderboard(out, baseline=baseline)
+    return {"reports": reports, "leaderboard": board, "leaderboard_md": write_leaderboard(board, out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = run_eval(
+            args.model, [b.strip() for b in args.benchmarks.split(",") if b.strip()], names=args.name, out=args.out,
+            n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+            template=args.template, samples=args.samples, problems=args.problems, limit=args.limit, seed=args.seed,
+            engine=args.engine, device=args.device, dtype=args.dtype,
+            gpu_memory_utilization=args.gpu_memory_utilization, chunk_sequences=args.chunk_sequences,
+            grade_timeout=args.grade_timeout, workers=args.workers,
+            lm_eval_tasks=[t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()],
+            lm_eval_include_path=args.lm_eval_include_path, lm_eval_limit=args.lm_eval_limit,
+            progress=not args.no_progress)
+    except EvalUsageError as e:
+        raise SystemExit(str(e)) from None
+    print(result["leaderboard_md"])
     return 0
 
 

@@ -124,17 +124,17 @@ def _up_to_date(folders: Sequence[load.ResultFolder], run_dir: Path, command: st
 
 
 def _compute(run_dir: Path, command: str):
-    from tsanalysis import cli
+    from tsanalysis import tables
 
     if command == "positions":
-        return cli.positions_tables(run_dir), {"bins": 10, "loss_tokens_only": False}
+        return tables.positions_tables(run_dir), {"bins": 10, "loss_tokens_only": False}
     if command == "zero-adv":
-        return cli.zero_adv_tables(run_dir), {}
+        return tables.zero_adv_tables(run_dir), {}
     if command == "truncation":
-        return cli.truncation_tables(run_dir), {"top": 30}
+        return tables.truncation_tables(run_dir), {"top": 30}
     if command == "mismatch":
-        return cli.mismatch_tables_for_run(run_dir), {"bins": 10, "width": 64, "thresholds": [0.01, 0.1, 1.0],
-                                                      "relative_to": "seed"}
+        return tables.mismatch_tables_for_run(run_dir), {"bins": 10, "width": 64, "thresholds": [0.01, 0.1, 1.0],
+                                                         "relative_to": "seed"}
     raise AssertionError(f"unknown command {command!r}")
 
 
@@ -184,7 +184,7 @@ def ensure_lemma4(folders: Sequence[load.ResultFolder], results_root: Path, *,
         return list(folders)
     import pandas as pd
 
-    from tsanalysis.cli import lemma4_tables
+    from tsanalysis.tables import lemma4_tables
 
     table = pd.concat([lemma4_tables(LEMMA4_P, G, simulate=LEMMA4_SIMULATE, seed=0)["lemma4"] for G in LEMMA4_G],
                       ignore_index=True)

@@ -15,6 +15,7 @@ import pytest
 
 from eval import run
 from eval.benchmarks import get_benchmark
+from inference.tiny import save_tiny
 from eval.leaderboard import build_leaderboard, lm_eval_entries, render_markdown, write_leaderboard
 from eval.metrics import compare, default_ks, summarize
 from eval.samples import read_samples, repair
@@ -169,6 +170,22 @@ def test_lm_eval_bridge_end_to_end(tmp_path, tiny_model, monkeypatch):
 
 # ---- the --samples grading path: resume, errors, disagreements ---------------------------------------------------
 
+# Extra responses (the 4th sample) of the samples file, by MATH-500 row: where the primary grader (math-verify) and
+# the Qwen-style cross-check read the same response differently, in both directions.
+EXTRA = {
+    0: r"<think>\boxed{1}</think> so \boxed{200}",                       # both read 200: wrong, no disagreement
+    3: r"<think>first guess \boxed{5}</think> So the answer is $9$.",    # gold 9: math-verify reads after </think>
+                                                                        # (9, right), Qwen the last box (5, wrong)
+    5: r"\boxed{0.42}",                                                 # gold 42: Qwen also accepts gold/100
+    8: r"about \boxed{10.8167}",                                        # gold 3\sqrt{13} = 10.81665: Qwen's 1e-4
+}                                                                       # tolerance accepts it, math-verify does not
+# the rows of math500.disagreements.jsonl they give (problem id, sample, gold, math-verify's answer, verdicts)
+DISAGREEMENTS = [("test/number_theory/572.json", 3, "9", "9", True, False),
+                 ("test/prealgebra/1622.json", 3, "42", "0.42", False, True),
+                 ("test/algebra/2036.json", 3, "3\\sqrt{13}", "10.8167", False, True)]
+SAMPLES = 10 * 3 + len(EXTRA)
+
+
 @pytest.fixture(scope="module")
 def samples_file(tmp_path_factory):
     if not MATH500.is_file():
@@ -177,9 +194,7 @@ def samples_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("samples") / "completions.jsonl"
     with open(path, "w") as f:
         for i, r in enumerate(rows):
-            responses = [r["solution"], r"The answer is \boxed{0}.", "I am not sure."]
-            if i == 0:
-                responses.append(r"<think>\boxed{1}</think> so \boxed{200}")   # for the disagreement check
+            responses = [r["solution"], r"The answer is \boxed{0}.", "I am not sure."] + ([EXTRA[i]] if i in EXTRA else [])
             f.write(json.dumps({"problem_id": r["unique_id"], "responses": responses}) + "\n")
     return path
 
@@ -215,10 +230,50 @@ def test_samples_resume_after_crash_equals_uninterrupted(samples_file, tmp_path)
 @needs_data
 def test_disagreements_file_and_rate(samples_file, tmp_path, capsys):
     assert _grade(samples_file, tmp_path) == 0
+    rows = read_samples(tmp_path / "ref" / "math500.jsonl")
+    assert sum(len(r["correct"]) for r in rows) == SAMPLES == 34
+    by_id = {r["problem_id"]: r for r in rows}
+    for pid, sample, _, _, mv, qw in DISAGREEMENTS:
+        assert (by_id[pid]["correct"][sample], by_id[pid]["correct_qwen"][sample]) == (mv, qw)
+    # every other sample: the two graders agree (the solutions right, "0", no answer and the 200 wrong)
+    agree = [(r["problem_id"], i) for r in rows for i, (a, b) in enumerate(zip(r["correct"], r["correct_qwen"]))
+             if a == b]
+    assert len(agree) == SAMPLES - len(DISAGREEMENTS)
     dis = read_samples(tmp_path / "ref" / "math500.disagreements.jsonl")
-    assert all(set(d) == {"problem_id", "sample", "gold", "answer", "math_verify", "qwen", "response"} for d in dis)
+    keys = ("problem_id", "sample", "gold", "answer", "math_verify", "qwen")
+    assert [tuple(d[k] for k in keys) for d in dis] == DISAGREEMENTS
+    assert [d["response"] for d in dis] == [EXTRA[3], EXTRA[5], EXTRA[8]]
     out = capsys.readouterr().out
-    assert f"disagreement {len(dis) / 31:.2%} ({len(dis)} samples)" in out
+    assert "math500: avg@n = 0.3250 [" in out and "over 10 problems; grading timeouts this run: 0" in out
+    assert "math-verify vs Qwen-style disagreement 8.82% (3 samples)" in out          # 3 / 34
+    # a rerun rewrites the file from the sample file: the same rows, not appended twice
+    assert _grade(samples_file, tmp_path) == 0
+    assert read_samples(tmp_path / "ref" / "math500.disagreements.jsonl") == dis
+
+
+@needs_data
+def test_run_eval_returns_the_reports_main_prints(samples_file, tmp_path, capsys):
+    lines = []
+    result = run.run_eval(["ref"], ["math500"], problems=MATH500, samples=samples_file, out=tmp_path,
+                          workers=2, progress=False, log=lines.append)
+    [r] = result["reports"]
+    assert (r["model"], r["benchmark"], r["kind"], r["path"]) == ("ref", "math500", "math",
+                                                                    tmp_path / "ref" / "math500.jsonl")
+    # per problem c/n: 1/4 (rows 0, 5, 8: solution only), 2/4 (row 3), 1/3 (the other six)
+    assert (r["problems"], r["n_min"], r["n_max"]) == (10, 3, 4)
+    assert r["avg"] == pytest.approx((3 * 0.25 + 0.5 + 6 / 3) / 10)
+    assert r["avg_ci"][0] <= r["avg"] <= r["avg_ci"][1]
+    assert (r["grading_timeouts"], r["disagreements"]) == (0, 3)
+    assert r["disagreement_rate"] == pytest.approx(3 / 34)
+    assert lines == [run.format_report(r)]
+    assert not capsys.readouterr().out                                # the library prints nothing itself
+    [e] = [e for e in result["leaderboard"]["entries"] if e["benchmark"] == "math500"]
+    assert e["avg"] == pytest.approx(r["avg"]) and (tmp_path / "leaderboard.md").read_text() == result["leaderboard_md"]
+    # the command prints the same report line, then the same leaderboard
+    assert _grade(samples_file, tmp_path) == 0
+    assert capsys.readouterr().out == run.format_report(r) + "\n" + result["leaderboard_md"] + "\n"
+    with pytest.raises(run.EvalUsageError, match="exactly one benchmark"):
+        run.run_eval(["ref"], ["math500", "aime24"], samples=samples_file, out=tmp_path)
 
 
 @needs_data
@@ -293,7 +348,6 @@ def test_repair_cuts_only_a_partial_last_line(tmp_path):
 # ---- task benchmarks and a tiny model end to end ---------------------------------------------------------------
 
 def test_task_benchmarks(tmp_path):
-    pytest.importorskip("scoring.tasks")
     add = get_benchmark("addition")
     ps = add.load()
     assert len(ps) == 200 and ps[0].id == "addition-s10000-000000" and add.load()[7] == ps[7]
@@ -314,10 +368,7 @@ def test_task_benchmarks(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    tiny = pytest.importorskip("inference.tiny")
-    out = tmp_path_factory.mktemp("tiny") / "tiny-1m"
-    tiny.main(["--out", str(out), "--size", "1m"])
-    return out
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "tiny-1m", "1m")
 
 
 @pytest.mark.slow
@@ -339,5 +390,14 @@ def test_tiny_model_end_to_end(tiny_model, tmp_path):
     assert run.main(args) == 0                        # resumes: everything is done, nothing is appended
     assert path.read_bytes() == before
     assert "tiny-1m" in (tmp_path / "leaderboard.md").read_text()
+    # the library call returns the scores of the file (a task benchmark: no math-only fields)
+    result = run.run_eval([str(tiny_model)], ["addition"], n=2, limit=4, max_tokens=16, out=tmp_path, engine="hf",
+                          progress=False, log=lambda m: None)
+    [r] = result["reports"]
+    correct = [c for row in rows for c in row["correct"]]
+    assert (r["model"], r["benchmark"], r["problems"], r["n_min"], r["n_max"]) == ("tiny-1m", "addition", 4, 2, 2)
+    assert r["avg"] == pytest.approx(sum(correct) / len(correct))
+    assert (r["grading_timeouts"], r["disagreement_rate"], r["disagreements"]) == (None, None, None)
+    assert path.read_bytes() == before
     with pytest.raises(ValueError, match="other settings"):
         run.main(args[:-2] + ["--engine", "hf", "--seed", "1"])

@@ -26,7 +26,7 @@ from figures.make_all import main as make_all_main
 from figures.make_all import make_all
 from helpers_runs import make_row, write_run
 from tsanalysis import io as tio
-from tsanalysis.cli import lemma4_tables, mismatch_tables_for_run, positions_tables, truncation_tables, zero_adv_tables
+from tsanalysis.tables import lemma4_tables, mismatch_tables_for_run, positions_tables, truncation_tables, zero_adv_tables
 from tsanalysis.relay import pass_k_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -129,7 +129,31 @@ def synthetic_relay(root: Path, benchmarks=("aime24", "amc23"), *, n: int = 32) 
 # ---- fixtures --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
+    """Shared by the module's tests, READ-ONLY: a test that writes into a run (results, relay folders, mtimes)
+    works on a copy (``_copy_runs``); ``_runs_untouched`` checks it after every test that uses it."""
     return synthetic_runs(tmp_path_factory.mktemp("figruns") / "runs")
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(autouse=True)
+def _runs_untouched(request):
+    """The shared synthetic runs are the same after the test as before (files, sizes, mtimes)."""
+    if "runs" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("runs")["onpolicy"].parent
+    before = _tree(root)
+    yield
+    assert _tree(root) == before, "a test changed the shared `runs` fixture; copy it first (_copy_runs)"
+
+
+def _copy_runs(runs: dict[str, Path], dest: Path) -> dict[str, Path]:
+    """A private copy of the shared runs (mtimes preserved), for tests that write into them."""
+    root = Path(shutil.copytree(runs["onpolicy"].parent, dest))
+    return {kind: root / run.name for kind, run in runs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -390,6 +414,7 @@ def test_loaders_explain_missing_results(tmp_path):
 # ---- make_all --------------------------------------------------------------------------------------------------
 def test_make_all_on_a_folder_of_runs(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)   # results/analysis/<run> (the CLI default) is looked up relative to the cwd
+    runs = _copy_runs(runs, tmp_path / "runs")   # relay folders are added and an mtime is moved below
     root = runs["onpolicy"].parent
     synthetic_relay(root)
     out = tmp_path / "png"

@@ -1,4 +1,5 @@
-"""The tsanalysis CLI on synthetic run directories (tests/helpers_runs.py): exact tables, errors, streaming."""
+"""The tsanalysis CLI on synthetic run directories (tests/helpers_runs.py): exact tables, errors, streaming; the
+CLI writes what the tsanalysis.tables functions return (that nothing imports the CLI: tests/test_layering.py)."""
 
 import json
 import math
@@ -14,7 +15,9 @@ import pytest
 import contracts.records
 from helpers_runs import make_row, write_run
 from tsanalysis import io as tio
+from tsanalysis import tables
 from tsanalysis.cli import main
+from tsanalysis.errors import RelayError, UsageError
 
 T3 = [1.0, 2.0, 3.0]
 T5 = [10.0, 20.0, 30.0, 40.0, 50.0]
@@ -231,3 +234,13 @@ def test_python_dash_m_entry_point(run, tmp_path):
     assert "0.5" in r.stdout and (tmp_path / "o" / "lemma4.csv").exists()
     r = subprocess.run([sys.executable, "-m", "tsanalysis", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "positions" in r.stdout and "relay" in r.stdout
+
+
+# ---- the CLI is a shell over the library ----------------------------------------------------------------------------
+def test_cli_writes_what_the_library_functions_return(run, tmp_path):
+    for cmd, t in (("positions", tables.positions_tables(run)), ("truncation", tables.truncation_tables(run)),
+                   ("zero-adv", tables.zero_adv_tables(run)), ("mismatch", tables.mismatch_tables_for_run(run))):
+        assert main([cmd, str(run), "--out", str(tmp_path / cmd)]) == 0
+        for name, df in t.items():
+            pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / cmd / f"{name}.parquet"), df, check_dtype=False)
+    assert issubclass(RelayError, UsageError) and issubclass(UsageError, ValueError)

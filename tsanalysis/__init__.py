@@ -3,8 +3,12 @@
 - ``tsanalysis.core``: pure estimators (numpy/pandas, no file IO): per-position bins, truncation-token
   histograms, Lemma 4 zero-advantage probabilities, seed-token mismatch, pass@k with bootstrap intervals.
 - ``tsanalysis.io``: streaming rollout reads (via ``contracts.records``) and the atomic results writer.
-- ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues).
-- ``tsanalysis.cli``: the ``tsanalysis`` command (``python -m tsanalysis --help``).
+- ``tsanalysis.tables``: the analyses of a run as functions returning DataFrames (positions, truncation,
+  zero-advantage, Lemma 4, mismatch): what the commands write and ``figures`` caches.
+- ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues): ``run_relay``.
+- ``tsanalysis.errors``: ``UsageError`` and ``RelayError`` (bad input, raised before expensive work).
+- ``tsanalysis.cli``: the ``tsanalysis`` command (``python -m tsanalysis --help``), a thin shell over the above;
+  nothing imports it.
 """
 
 from importlib import metadata as _metadata

@@ -24,9 +24,11 @@ same engine, so both checkpoints must have the same architecture there). Both ph
 problem and skip problems already present, so an interrupted run resumes where it stopped.
 
 Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem), ``relay_settings.json`` (the
-settings the JSONL files belong to; a rerun with different settings is refused), and through
-``tsanalysis.io.write_results`` the tables ``relay_problems`` and ``relay_passk`` (Parquet + CSV) and
-``settings.json``.
+settings the JSONL files belong to; a rerun with different settings is refused). ``run_relay`` returns the tables
+``relay_problems`` and ``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the
+demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). Bad input raises
+``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded. This module is a library:
+the command line is ``tsanalysis.cli``.
 """
 
 from __future__ import annotations
@@ -41,18 +43,16 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from . import io
 from contracts.passk import bootstrap_ci, paired_bootstrap, pass_at_k
 
+from . import io
+from .errors import RelayError
+
 __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokenizer", "derive_seed", "pass_k_table",
-           "run_relay", "main_from_args"]
+           "run_relay"]
 
 IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
                  "top_p", "seed", "batch_problems")
-
-
-class RelayError(ValueError):
-    """Bad relay input (checked before any model is loaded)."""
 
 
 # ---- pure pieces -----------------------------------------------------------------------------------------------
@@ -161,16 +161,6 @@ def _append_jsonl(path: Path, recs: list[dict]) -> None:
 
 
 # ---- orchestration ---------------------------------------------------------------------------------------------
-def _resolve_engine(engine: str) -> str:
-    if engine != "auto":
-        return engine
-    import importlib.util
-
-    import torch
-
-    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
-
-
 def _load_problems(benchmark: str | None, problems: str | None, limit: int | None):
     from eval.benchmarks import get_benchmark
 
@@ -218,14 +208,18 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring."""
     from transformers import AutoTokenizer
 
+    from inference import load_policy, make_sampler, resolve_engine
     from scoring.templates import render_prompt
-    from inference import load_policy, make_sampler
 
     # -- everything that can fail cheaply, before a model is loaded --
     if not 0.0 <= cut <= 1.0:
         raise RelayError(f"--cut must lie in [0, 1], got {cut}")
     if n < 1 or batch_problems < 1:
         raise RelayError("--n and batch_problems must be positive")
+    try:
+        engine_used = resolve_engine(engine)   # "auto": vLLM when CUDA and vllm are available, else hf
+    except ValueError as e:
+        raise RelayError(str(e)) from None
     for name, path in (("early", early), ("final", final)):
         if not Path(path).is_dir():
             raise RelayError(f"--{name} checkpoint '{path}' is not a directory (a Hugging Face model folder)")
@@ -265,7 +259,6 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     pref_path, res_path = out_dir / "prefixes.jsonl", out_dir / "results.jsonl"
     prefixes = _read_jsonl(pref_path)
     results = _read_jsonl(res_path)
-    engine_used = _resolve_engine(engine)
     import torch
 
     device = "cuda" if engine_used == "hf" and torch.cuda.is_available() else None
@@ -365,23 +358,3 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     settings = {"command": "relay", "args": {**identity, "limit": limit, "engine": engine,
                                              "engine_used": engine_used}, "problems_evaluated": len(probs)}
     return {"relay_problems": per_problem, "relay_passk": passk}, out_dir, settings
-
-
-def main_from_args(args) -> None:
-    """The ``tsanalysis relay`` command (argument parsing lives in ``tsanalysis.cli``)."""
-    try:
-        tables, out_dir, settings = run_relay(
-            early=args.early, final=args.final, benchmark=args.benchmark, problems=args.problems, n=args.n,
-            cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-            seed=args.seed, limit=args.limit, engine=args.engine, template=args.template, out=args.out,
-            batch_problems=args.batch_problems)
-    except RelayError as e:
-        from .cli import UsageError
-
-        raise UsageError(str(e)) from None
-    pk = tables["relay_passk"]
-    print(pk[["k", "early", "relay", "final", "diff", "diff_low", "diff_high"]].to_string(
-        index=False, float_format=lambda x: f"{x:.4f}"))
-    paths = io.write_results(out_dir, tables, settings)
-    print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
-          + " (+ prefixes.jsonl, results.jsonl, relay_settings.json)")
