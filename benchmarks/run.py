@@ -18,8 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks import (bench_binning, bench_gpu, bench_graders, bench_sampler_vs_generate, bench_scaling,
-                        bench_seeds_overhead, bench_trainer_vs_trl)
+from benchmarks import (bench_binning, bench_engines, bench_gpu, bench_graders, bench_sampler_vs_generate,
+                        bench_scaling, bench_seeds_overhead, bench_trainer_vs_trl)
 from benchmarks.common import (THREADS, BenchResult, Context, load_snapshot, machine_info, markdown_table,
                                result_markdown, result_text)
 
@@ -31,6 +31,7 @@ BENCHMARKS = {
     "graders": bench_graders,
     "scaling": bench_scaling,
     "seeds_overhead": bench_seeds_overhead,
+    "engines": bench_engines,
     "gpu": bench_gpu,
 }
 

@@ -263,25 +263,42 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
 
 def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Problem], dict]], out_dir: Path, *,
                    engine: str, seed: int, pool=None, chunk_sequences: int = 512, device=None, dtype=None,
-                   gpu_memory_utilization: float = 0.85, progress: bool = True, log: Log = _print) -> list[dict]:
+                   gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, progress: bool = True,
+                   log: Log = _print) -> list[dict]:
     """Generate and grade every benchmark for one model. ``benches``: (benchmark, problems, settings) with the
     settings already checked against existing files (``_prepare``), so nothing expensive starts before errors.
     Returns one report per benchmark with rows (``format_report``), in ``benches`` order."""
-    from tqdm.auto import tqdm
-
     import torch
 
     from inference import load_policy, make_sampler, resolve_engine
     cuda = torch.cuda.is_available()
-    engine = resolve_engine(engine)
-    if engine == "vllm":   # vLLM loads the weights itself; the HF copy stays on the CPU in bf16
+    engine = resolve_engine(engine, model_path=spec)
+    if engine == "vllm":   # vLLM loads the weights itself from spec; the HF copy stays on the CPU
         model, tokenizer = load_policy(spec, device=None, dtype=dtype or "bfloat16")
-        sampler = make_sampler(model, tokenizer, engine="vllm",
-                               gpu_memory_utilization=gpu_memory_utilization)
+        # the KV cache is sized for the longest prompt plus its budget, not the model's whole context
+        longest = max((len(tokenizer(render_prompt(s["template"], p.question, tokenizer), add_special_tokens=False)
+                           ["input_ids"]) + s["max_tokens"] for _, probs, s in benches for p in probs), default=1)
+        sampler = make_sampler(model, tokenizer, engine="vllm", model_path=spec, sync_weights=False,
+                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=longest,
+                               tensor_parallel_size=tensor_parallel_size, max_batch_size=chunk_sequences)
     else:
         model, tokenizer = load_policy(spec, device=device or ("cuda" if cuda else None),
                                        dtype=dtype or ("bfloat16" if cuda else None))
         sampler = make_sampler(model, tokenizer, engine="hf")
+    try:
+        return _generate_and_grade(sampler, tokenizer, name, benches, out_dir, seed=seed, pool=pool,
+                                   chunk_sequences=chunk_sequences, progress=progress, log=log)
+    finally:
+        close = getattr(sampler, "close", None)
+        if close is not None:
+            close()   # the engine's memory goes back before the next model (or lm-eval) starts
+        del sampler, model
+
+
+def _generate_and_grade(sampler, tokenizer, name: str, benches, out_dir: Path, *, seed: int, pool,
+                        chunk_sequences: int, progress: bool, log: Log) -> list[dict]:
+    from tqdm.auto import tqdm
+
     reports = []
     for bench, problems, settings in benches:
         path = out_dir / name / f"{bench.name}.jsonl"
@@ -345,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="torch device for the hf engine (default: cuda if available)")
     p.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vLLM engine's GPU memory share")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="vLLM: shard each model over this many GPUs of the node (a 7B model fits one; a 32B needs 2+)")
     p.add_argument("--chunk-sequences", type=int, default=512,
                    help="sequences per generate call (problems per chunk = this // n); results are written per chunk")
     p.add_argument("--grade-timeout", type=float, default=GRADE_TIMEOUT_S,
@@ -376,8 +395,8 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
              top_p: float | None = None, max_tokens: int | None = None, template: str | None = None,
              samples: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
              limit: int | None = None, seed: int = 0, engine: str = "auto", device: str | None = None,
-             dtype: str | None = None, gpu_memory_utilization: float = 0.85, chunk_sequences: int = 512,
-             grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None, lm_eval_tasks: Sequence[str] = (),
+             dtype: str | None = None, gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
+             chunk_sequences: int = 512, grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None, lm_eval_tasks: Sequence[str] = (),
              lm_eval_include_path: str | None = None, lm_eval_limit: int | None = None,
              baseline: str | None = None, progress: bool = True, log: Log = _print) -> dict:
     """Score every model on every benchmark (the module docstring); resumes from the sample files under ``out``.
@@ -446,7 +465,8 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
                 if plan:
                     reports += evaluate_model(spec, name, plan, out, engine=engine, seed=seed, pool=pool,
                                               chunk_sequences=chunk_sequences, device=device, dtype=dtype,
-                                              gpu_memory_utilization=gpu_memory_utilization, progress=progress,
+                                              gpu_memory_utilization=gpu_memory_utilization,
+                                              tensor_parallel_size=tensor_parallel_size, progress=progress,
                                               log=log)
                 if lm_tasks:
                     from eval.lm_eval_bridge import run_lm_eval
@@ -469,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
             template=args.template, samples=args.samples, problems=args.problems, limit=args.limit, seed=args.seed,
             engine=args.engine, device=args.device, dtype=args.dtype,
-            gpu_memory_utilization=args.gpu_memory_utilization, chunk_sequences=args.chunk_sequences,
+            gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
+            chunk_sequences=args.chunk_sequences,
             grade_timeout=args.grade_timeout, workers=args.workers,
             lm_eval_tasks=[t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()],
             lm_eval_include_path=args.lm_eval_include_path, lm_eval_limit=args.lm_eval_limit,

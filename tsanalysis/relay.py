@@ -217,7 +217,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     if n < 1 or batch_problems < 1:
         raise RelayError("--n and batch_problems must be positive")
     try:
-        engine_used = resolve_engine(engine)   # "auto": vLLM when CUDA and vllm are available, else hf
+        engine_used = resolve_engine(engine, model_path=final)   # "auto": see inference.engines
     except ValueError as e:
         raise RelayError(str(e)) from None
     for name, path in (("early", early), ("final", final)):
@@ -271,13 +271,17 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
             verdicts.append(v.verdict)
         return correct, verdicts
 
+    # vLLM's KV cache holds the longest prompt plus its budget (a relay row is prompt + prefix + continuation)
+    engine_kw = ({"max_model_len": max(len(x) for x in prompt_ids.values()) + max_tokens, "model_path": early}
+                 if engine_used == "vllm" else {})
+
     # -- phase A: early checkpoint writes responses; keep the prefixes --
     sampler = None
     todo = [p for p in probs if str(p.id) not in results and str(p.id) not in prefixes]
     if todo:
         log(f"early phase: {len(todo)} problems × {n} samples from {early}")
         model, _ = load_policy(early, device=device)
-        sampler = make_sampler(model, tok, engine=engine_used)
+        sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
         eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
         for chunk in _chunks(todo, batch_problems):
             ids = [str(p.id) for p in chunk]
@@ -307,7 +311,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         if sampler is not None and engine_used == "vllm":
             sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
         else:
-            sampler = make_sampler(model, tok, engine=engine_used)
+            sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
         for chunk in _chunks(todo, batch_problems):
             ids = [str(p.id) for p in chunk]
             s = derive_seed(seed, "final", *ids)

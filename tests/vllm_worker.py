@@ -1,0 +1,151 @@
+"""vLLM scenarios for tests/test_vllm.py, each run in its own interpreter: vLLM binds torch to one thread and seeds
+the global RNG when it builds an engine, so it never runs inside the pytest process.
+
+    python tests/vllm_worker.py SCENARIO OUT_DIR     # writes OUT_DIR/result.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from inference import load_policy, make_sampler  # noqa: E402
+from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic  # noqa: E402
+
+ENGINE_KW = dict(gpu_memory_utilization=0.1, max_model_len=192, enforce_eager=True, max_batch_size=64)
+
+
+def _tiny(out: Path):
+    tok = build_tokenizer()
+    save_pretrained_atomic(build_model("1m", tok, seed=0), tok, out / "tiny")
+    return load_policy(str(out / "tiny"))
+
+
+def _prompts(tok) -> list[list[int]]:
+    qs = ["12+34=", "7+8=", "100+1=", "55+45=", "3+4=", "999+1=", "20+22=", "61+9="]
+    return [[tok.bos_token_id] + tok(q, add_special_tokens=False)["input_ids"] for q in qs]
+
+
+def _trainer_logprobs(model, tok, prompts, comps, temperature: float) -> list[list[float]]:
+    from trainer.policy import response_logprobs
+    with torch.no_grad():
+        logp, _, mask = response_logprobs(model, prompts, [c.token_ids for c in comps], pad_id=tok.pad_token_id,
+                                          device=torch.device("cpu"), temperature=temperature)
+    return [logp[i][mask[i]].tolist() for i in range(len(prompts))]
+
+
+def _max_diff(comps, ref) -> float:
+    return max(abs(a - b) for c, r in zip(comps, ref) for a, b in zip(c.logprobs, r))
+
+
+def agree(out: Path) -> dict:
+    model, tok = _tiny(out)
+    prompts = _prompts(tok)
+    vl = make_sampler(model, tok, engine="vllm", **ENGINE_KW)
+    hf = make_sampler(model, tok, engine="hf")
+    greedy_v = vl.generate(prompts, max_new_tokens=24, temperature=0.0)
+    greedy_h = hf.generate(prompts, max_new_tokens=24, temperature=0.0)
+    sampled = vl.generate(prompts * 4, max_new_tokens=24, temperature=0.7, seed=5, logprobs=True)
+    again = vl.generate(prompts * 4, max_new_tokens=24, temperature=0.7, seed=5)
+    ref = _trainer_logprobs(model, tok, prompts * 4, sampled, 0.7)
+    ignore = make_sampler(model, tok, engine="vllm", ignore_eos=True, **ENGINE_KW)
+    full = ignore.generate(prompts, max_new_tokens=[5, 9, 13, 17, 21, 25, 29, 33], temperature=1.0, seed=1)
+    return {
+        "greedy_equal": [c.token_ids for c in greedy_v] == [c.token_ids for c in greedy_h],
+        "greedy_reasons_equal": [c.finish_reason for c in greedy_v] == [c.finish_reason for c in greedy_h],
+        "logp_diff_max": _max_diff(sampled, ref),
+        "n_logprobs_match_tokens": all(len(c.logprobs) == len(c.token_ids) for c in sampled),
+        "entropies": [c.entropies for c in sampled[:1]],
+        "same_seed_same_output": [c.token_ids for c in sampled] == [c.token_ids for c in again],
+        "distinct_in_group": len({tuple(c.token_ids) for c in sampled[0::8]}),
+        "stop_ids": vl.eos_token_ids,
+        "ignore_eos_lengths": [len(c.token_ids) for c in full],
+        "ignore_eos_reasons": sorted({c.finish_reason for c in full}),
+        "first_sync": vl.last_update,
+    }
+
+
+def sync(out: Path) -> dict:
+    """An optimizer step on the trained module, then the in-place sync: the engine's log-probs follow."""
+    model, tok = _tiny(out)
+    prompts = _prompts(tok)
+    vl = make_sampler(model, tok, engine="vllm", **ENGINE_KW)
+    before = vl.generate(prompts, max_new_tokens=16, temperature=1.0, seed=2, logprobs=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-2)
+    model.train()
+    for p, c in zip(prompts, before):
+        ids = torch.tensor([p + c.token_ids])
+        model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    model.eval()
+    stale = _trainer_logprobs(model, tok, prompts, before, 1.0)
+    vl.update_weights(model)
+    after = vl.generate(prompts, max_new_tokens=16, temperature=1.0, seed=2, logprobs=True)
+    return {
+        "stale_diff": _max_diff(before, stale),     # the step moved the policy
+        "synced_diff": _max_diff(after, _trainer_logprobs(model, tok, prompts, after, 1.0)),
+        "update": vl.last_update,
+        "n_state": len([k for k in model.state_dict() if k != "lm_head.weight"]),
+    }
+
+
+def broken_sync(out: Path) -> dict:
+    """A sync that loses a tensor is caught by the verification, not sampled from."""
+    from inference.vllm_engine import VLLMSampler
+    model, tok = _tiny(out)
+    vl = make_sampler(model, tok, engine="vllm", **ENGINE_KW)
+    real = VLLMSampler.stream_weights
+
+    def lossy(m, device):
+        for name, t in real(m, device):
+            if name != "model.layers.0.mlp.down_proj.weight":
+                yield name, t
+
+    VLLMSampler.stream_weights = staticmethod(lossy)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(3.0)
+    try:
+        vl.update_weights(model)
+    except RuntimeError as e:
+        return {"raised": str(e)}
+    return {"raised": None}
+
+
+def eval_and_relay(out: Path) -> dict:
+    """``eval.run`` and the relay on two tiny checkpoints with each engine, greedy: the same verdicts and
+    continuations whichever engine decodes."""
+    from eval.run import run_eval
+    from tsanalysis.relay import run_relay
+    tok = build_tokenizer()
+    for name, seed in (("early", 0), ("final", 1)):
+        save_pretrained_atomic(build_model("1m", tok, seed=seed), tok, out / name)
+    res = {}
+    for engine in ("hf", "vllm"):
+        ev = run_eval([str(out / "final")], ["addition"], out=out / f"eval_{engine}", n=2, temperature=0.0,
+                      max_tokens=24, limit=6, engine=engine, progress=False, log=lambda m: None)
+        rows = [json.loads(line) for line in (out / f"eval_{engine}" / "final" / "addition.jsonl").open()]
+        tables, _, settings = run_relay(early=str(out / "early"), final=str(out / "final"), benchmark="addition",
+                                        n=2, max_tokens=24, temperature=0.0, limit=4, engine=engine,
+                                        out=out / f"relay_{engine}", log=lambda m: None)
+        relay_rows = [json.loads(line) for line in (out / f"relay_{engine}" / "results.jsonl").open()]
+        res[engine] = {"responses": [r["responses"] for r in rows], "verdicts": [r["verdicts"] for r in rows],
+                       "settings_engine": settings["args"].get("engine_used"),
+                       "relay": [{k: v for k, v in r.items() if not k.endswith("_s")} for r in relay_rows],
+                       "reports": len(ev["reports"])}
+    return res
+
+
+SCENARIOS = {"agree": agree, "sync": sync, "broken_sync": broken_sync, "eval_and_relay": eval_and_relay}
+
+if __name__ == "__main__":
+    name, out = sys.argv[1], Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    result = SCENARIOS[name](out)
+    (out / "result.json").write_text(json.dumps(result))
