@@ -16,14 +16,14 @@ does all its work; ``ignore_eos`` makes every response exactly ``max_tokens`` lo
    one GPU, else the HF sampler. With 2+ GPUs the runs go through ``torchrun`` so FSDP2 shards the model (one
    rank per GPU, HF engine); with one GPU FSDP2 is a no-op (world size 1) and the number is the plain step.
 
-The benchmark child replaces ``trainer.train.build_policy`` (a Qwen2 model from the config instead of a
-checkpoint directory) and, for vLLM, ``trainer.sampler.make_sampler`` (no tokenizer handed to vLLM); both only
-inside the child process.
+The trainer child hands ``trainer.train.train`` two builders instead of patching anything: ``policy_builder``
+(a Qwen2 model from the config above, with the character tokenizer, instead of a checkpoint directory) and
+``sampler_builder`` (``inference.make_sampler``, except that vLLM gets token ids only: no tokenizer, which the
+character tokenizer could not be for vLLM).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import statistics
 import sys
@@ -65,32 +65,26 @@ def build_qwen2(spec: str, tokenizer, *, dtype=None, seed: int = 0):
     return model
 
 
-@contextlib.contextmanager
-def _patched_trainer(spec: str, max_model_len: int):
-    """While open: the trainer builds its policy from the config and gives vLLM no tokenizer (restored on exit,
-    so an in-process caller such as the CPU plumbing test leaves the trainer as it found it)."""
-    import trainer.sampler as S
-    import trainer.train as TT
-    from inference.tiny import build_tokenizer
-
-    def build_policy(model_name, *, dtype, seed):
+def qwen2_policy_builder(spec: str):
+    """A ``policy_builder`` for ``trainer.train.train``: the Qwen2 model of ``spec`` (random init from a config,
+    ignoring the configured model name) and the character tokenizer of ``inference.tiny``."""
+    def build(model_name: str, *, dtype, seed: int):
+        from inference.tiny import build_tokenizer
         tok = build_tokenizer()
         return build_qwen2(spec, tok, dtype=dtype, seed=seed), tok
+    return build
 
-    original = S.make_sampler
 
-    def make_sampler(model, tokenizer, *, engine="hf", **kw):
-        if engine == "vllm":
-            return S.VLLMSampler(model, eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id,
-                                 tokenizer=None, max_model_len=max_model_len, **kw)
-        return original(model, tokenizer, engine=engine, **kw)
-
-    saved = TT.build_policy, S.make_sampler
-    TT.build_policy, S.make_sampler = build_policy, make_sampler
-    try:
-        yield
-    finally:
-        TT.build_policy, S.make_sampler = saved
+def token_ids_sampler_builder(max_model_len: int):
+    """A ``sampler_builder`` for ``trainer.train.train``: ``inference.make_sampler``, but vLLM is given no tokenizer
+    (token ids in and out, ``skip_tokenizer_init``) and a ``max_model_len`` sized to the benchmark."""
+    def build(model, tokenizer, *, engine: str = "hf", **kw):
+        from inference import make_sampler
+        if engine != "vllm":
+            return make_sampler(model, tokenizer, engine=engine, **kw)
+        return make_sampler(model, None, engine="vllm", eos_token_id=[tokenizer.eos_token_id],
+                            pad_token_id=tokenizer.pad_token_id, max_model_len=max_model_len, **kw)
+    return build
 
 
 # ---------------------------------------------------------------------------------------------- children
@@ -98,8 +92,9 @@ def rollout_run(*, spec: str, batch: int, prompt_len: int, new_tokens: int, repe
     """tokens/s of each engine (alternating) on the same prompts; EOS ignored."""
     import torch
 
-    from trainer.sampler import HFSampler, VLLMSampler
+    from inference.hf import HFSampler
     from inference.tiny import build_tokenizer
+    from inference.vllm_engine import VLLMSampler
 
     tok = build_tokenizer()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -141,9 +136,9 @@ def cycle_run(*, spec: str, algorithm: str, engine: str, prompts: int, samples: 
             "seed_rule": "ratio", "engine": engine, "dtype": dtype, "micro_batch_size": micro_batch_size,
             "micro_batch_tokens": 0,
             "vllm_gpu_memory_utilization": 0.4}
-    with _patched_trainer(spec, max_model_len=64 + max_tokens):
-        out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T,
-                       overrides=over, device=device)
+    out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T, overrides=over,
+                   device=device, policy_builder=qwen2_policy_builder(spec),
+                   sampler_builder=token_ids_sampler_builder(max_model_len=64 + max_tokens))
     if not out:   # a non-zero torchrun rank
         return {}
     m = out["metrics"][T:]

@@ -34,33 +34,19 @@ def params_for(ctx) -> dict:
 def cycle_run(*, algorithm: str, size: str, prompts: int, samples: int, max_tokens: int, T: int,
               seed_ratio: float, behavior_logprobs: str = "trainer") -> dict:
     """Warm up with a one-step run, then run one refresh cycle (T steps); per-step time and tokens, and the time
-    spent in the no-grad behavior forward of the refresh (``trainer.rollout.score``, wrapped here to time it)."""
-    import time
-
-    import trainer.rollout as R
+    spent in the no-grad behavior forward of the refresh (the trainer's ``time/behavior_s`` metric)."""
     from benchmarks.bench_trainer_vs_trl import ours_run
 
-    score_s = []
-    original = R.score
-
-    def timed_score(*a, **k):
-        t0 = time.perf_counter()
-        out = original(*a, **k)
-        score_s.append(time.perf_counter() - t0)
-        return out
-
-    R.score = timed_score
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
             "seed_rule": "ratio", "seed_loss": "state+action", "behavior_logprobs": behavior_logprobs,
             "rollout_batch_size": T * prompts * samples}
     kw = dict(size=size, prompts=prompts, samples=samples, max_tokens=max_tokens, overrides=over)
     ours_run(steps=1, **kw)   # warm-up (not measured)
-    score_s.clear()
     out = ours_run(steps=T, **kw)
     m = out["metrics"]
     return {"step_s": [x["time/step_s"] for x in m], "gen_s": [x["time/gen_s"] for x in m],
             "train_s": [x["time/train_s"] for x in m], "generated": [x["tokens/generated"] for x in m],
-            "token_factor": m[-1].get("seeds/token_factor"), "behavior_score_s": sum(score_s)}
+            "token_factor": m[-1].get("seeds/token_factor"), "behavior_score_s": sum(x["time/behavior_s"] for x in m)}
 
 
 def run(ctx) -> BenchResult:

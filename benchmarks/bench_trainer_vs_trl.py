@@ -43,39 +43,33 @@ def params_for(ctx) -> dict:
 
 # ---------------------------------------------------------------------------------------------- ours (child)
 def ours_run(*, size: str, prompts: int, samples: int, max_tokens: int, steps: int, lr: float = 1e-6, seed: int = 0,
-             overrides: dict | None = None, device: str = "cpu", micro_batch_tokens: int = 2048) -> dict:
+             overrides: dict | None = None, device: str = "cpu", micro_batch_tokens: int = 2048,
+             policy_builder=None, sampler_builder=None) -> dict:
     """``trainer.train.train`` for ``steps`` steps; per-step wall-clock between metrics appends (first step not
     timed) plus the trainer's own ``time/*`` metrics and token counts. ``device="cpu"`` forces the CPU even where
-    CUDA exists; ``"auto"`` takes what ``init_distributed`` picks (a GPU, a torchrun rank)."""
-    import trainer.train as T
+    CUDA exists; ``"auto"`` takes what ``init_distributed`` picks (a GPU, a torchrun rank). ``policy_builder`` and
+    ``sampler_builder`` go to ``train`` (the GPU benchmark's Qwen2 model built from a config)."""
     from trainer.config import load_config
     from trainer.fsdp import Dist, init_distributed
+    from trainer.train import train
 
     stamps: list[float] = []
-    original = T._append_jsonl
-
-    def stamped(path, obj):   # the end of a step, as the trainer sees it
-        original(path, obj)
-        stamps.append(time.perf_counter())
-
-    T._append_jsonl = stamped
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench_ours_") as tmp:
-            values = {"output_dir": tmp, "run_name": "bench", "model": f"tiny:{size}", "task": "addition",
-                      "prompts_per_step": prompts, "samples_per_prompt": samples, "max_response_tokens": max_tokens,
-                      "micro_batch_size": prompts * samples, "micro_batch_tokens": micro_batch_tokens,
-                      "total_steps": steps, "lr": lr, "seed": seed,
-                      "dynamic_sampling": False, "log_rollouts": False, "save_every": 0, "progress": False,
-                      "resume": "never", "dtype": "float32"}
-            values.update(overrides or {})
-            cfg = load_config(None, values)
-            d = Dist() if device == "cpu" else init_distributed()   # auto: one GPU, or a torchrun rank (FSDP2)
-            run_dir = T.train(cfg, d)
-            if not d.is_main:
-                return {}
-            metrics = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    finally:
-        T._append_jsonl = original
+    with tempfile.TemporaryDirectory(prefix="bench_ours_") as tmp:
+        values = {"output_dir": tmp, "run_name": "bench", "model": f"tiny:{size}", "task": "addition",
+                  "prompts_per_step": prompts, "samples_per_prompt": samples, "max_response_tokens": max_tokens,
+                  "micro_batch_size": prompts * samples, "micro_batch_tokens": micro_batch_tokens,
+                  "total_steps": steps, "lr": lr, "seed": seed,
+                  "dynamic_sampling": False, "log_rollouts": False, "save_every": 0, "progress": False,
+                  "resume": "never", "dtype": "float32"}
+        values.update(overrides or {})
+        cfg = load_config(None, values)
+        d = Dist() if device == "cpu" else init_distributed()   # auto: one GPU, or a torchrun rank (FSDP2)
+        # the end of a step, as the trainer sees it: right after its metrics line is written
+        run_dir = train(cfg, d, policy_builder=policy_builder, sampler_builder=sampler_builder,
+                        on_step=lambda _metrics: stamps.append(time.perf_counter()))
+        if not d.is_main:
+            return {}
+        metrics = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     from scoring.tasks import get_task
     exs = get_task("addition").make_examples(cfg.num_train_examples, seed=seed, **cfg.task_kwargs)
     prompt_len = statistics.mean(len(e["prompt"]) for e in exs)   # one token per character (tiny tokenizer)

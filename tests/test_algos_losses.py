@@ -1,11 +1,12 @@
-"""clipped_policy_loss (hand-derived values and clip stats) and aggregate (modes, micro-batch invariance)."""
+"""clipped_policy_loss (hand-derived values and clip stats); loss_denominator and reduce_loss (modes, hand
+values, micro-batch invariance)."""
 
 import math
 
 import pytest
 import torch
 
-from trainer.algos import AGGREGATE_MODES, aggregate, aggregate_normalizer, clipped_policy_loss, masked_mean
+from trainer.algos import AGGREGATE_MODES, clipped_policy_loss, loss_denominator, masked_mean, reduce_loss
 
 # One token per row, old_logp = 0 so r = exp(logp). clip band [0.8, 1.28], dual clip c = 3.
 #   row  A    r    −A·r   −A·clip(r)       max    dual (A<0): min(., −A·c)   active clip   d loss / d logp
@@ -63,39 +64,50 @@ def test_clipped_policy_loss_extreme_log_ratio_stays_finite():
     logp = torch.tensor([[0.0, 0.0]], requires_grad=True)
     old = torch.tensor([[-500.0, 500.0]])  # padding garbage: r would overflow/underflow
     loss, _ = clipped_policy_loss(logp, old, torch.tensor([-1.0]))
-    aggregate(loss, torch.tensor([[False, False]])).backward()
+    reduce_loss(loss, torch.tensor([[False, False]]), mode="token-mean", denominator=1.0).backward()
     assert torch.isfinite(loss).all() and torch.isfinite(logp.grad).all()
 
 
 # loss [[1, 2, 3], [4, 5, 6], [7, 8, 9]], mask [[1, 1, 0], [1, 0, 0], [0, 0, 0]] (row 2 empty, NaN masked out)
-#   token-mean          (1 + 2 + 4) / 3          = 7/3
-#   seq-mean-token-mean ((1 + 2)/2 + 4/1) / 2    = 2.75      (empty sequences are not counted)
-#   seq-mean-token-sum  ((1 + 2) + 4) / 2        = 3.5
-@pytest.mark.parametrize("mode, want", [("token-mean", 7 / 3), ("seq-mean-token-mean", 2.75), ("seq-mean-token-sum", 3.5)])
-def test_aggregate_hand_values(mode, want):
+#   mode                 denominator D                 reduced
+#   token-mean           3 loss tokens                 (1 + 2 + 4) / 3             = 7/3
+#   seq-mean-token-mean  3 responses (empty counted)   ((1 + 2)/2 + 4/1 + 0) / 3   = 5.5/3
+#   seq-mean-token-sum   3 responses                   ((1 + 2) + 4 + 0) / 3       = 7/3
+#   token-sum-norm       3 responses · max_len 4       (1 + 2 + 4) / 12            = 7/12
+@pytest.mark.parametrize("mode, want_d, want", [("token-mean", 3, 7 / 3), ("seq-mean-token-mean", 3, 5.5 / 3),
+                                                ("seq-mean-token-sum", 3, 7 / 3), ("token-sum-norm", 12, 7 / 12)])
+def test_reduce_loss_hand_values(mode, want_d, want):
     loss = torch.tensor([[1.0, 2.0, float("nan")], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
-    assert aggregate(loss, mask, mode=mode).item() == pytest.approx(want, abs=1e-12)
-    want_norm = 3 if mode == "token-mean" else 2
-    assert int(aggregate_normalizer(mask, mode=mode)) == want_norm
-    # an explicit normalizer replaces the local count
-    assert aggregate(loss, mask, mode=mode, normalizer=10).item() == pytest.approx(want * want_norm / 10, abs=1e-12)
+    d = loss_denominator(mask, mode=mode, max_len=4)
+    assert d == float(want_d)
+    assert reduce_loss(loss, mask, mode=mode, denominator=d).item() == pytest.approx(want, abs=1e-12)
+    # the denominator is the caller's: another one scales the result
+    assert reduce_loss(loss, mask, mode=mode, denominator=10.0).item() == pytest.approx(want * want_d / 10, abs=1e-12)
 
 
-def test_aggregate_unknown_mode_names_valid_modes():
-    with pytest.raises(ValueError, match="token-mean.*seq-mean-token-mean.*seq-mean-token-sum"):
-        aggregate(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.bool), mode="seq-sum")
-    assert AGGREGATE_MODES == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+def test_unknown_mode_names_valid_modes():
+    from trainer.config import LOSS_AGGS
+    for fn in (lambda m: reduce_loss(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.bool), mode=m, denominator=1.0),
+               lambda m: loss_denominator(torch.ones(2, 2, dtype=torch.bool), mode=m)):
+        with pytest.raises(ValueError, match="token-mean.*seq-mean-token-mean.*seq-mean-token-sum.*token-sum-norm"):
+            fn("seq-sum")
+    assert AGGREGATE_MODES == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm")
+    assert AGGREGATE_MODES == LOSS_AGGS  # the config's loss_agg choices are exactly these
 
 
-def test_aggregate_empty_mask_is_zero():
-    assert aggregate(torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.bool)).item() == 0.0
+def test_empty_mask_gives_zero_loss_over_denominator_one():
+    empty = torch.zeros(2, 3, dtype=torch.bool)
+    assert loss_denominator(empty, mode="token-mean") == 1.0
+    assert reduce_loss(torch.ones(2, 3), empty, mode="token-mean", denominator=1.0).item() == 0.0
+    with pytest.raises(AssertionError, match="max_len"):
+        loss_denominator(empty, mode="token-sum-norm")
 
 
 @pytest.mark.parametrize("mode", AGGREGATE_MODES)
-@pytest.mark.parametrize("splits", [[5, 7], [3, 5, 4]])
-def test_aggregate_micro_batch_invariance(mode, splits):
-    """Σ over micro-batches of aggregate(..., normalizer=global count) == full batch, value and gradient."""
+@pytest.mark.parametrize("splits", [[5, 7], [3, 5, 4], [1] * 12])
+def test_reduce_loss_micro_batch_invariance(mode, splits):
+    """Σ over micro-batches of reduce_loss(..., denominator of the whole batch) == full batch, value and gradient."""
     g = torch.Generator().manual_seed(1)
     n, t = 12, 9
     w = torch.randn(n, t, generator=g, dtype=torch.float64, requires_grad=True)
@@ -109,14 +121,14 @@ def test_aggregate_micro_batch_invariance(mode, splits):
         logp = 0.3 * w[rows] - 1.0
         return clipped_policy_loss(logp, old[rows], adv[rows])[0]
 
-    full = aggregate(loss_mat(slice(0, n)), mask, mode=mode)
+    d = loss_denominator(mask, mode=mode, max_len=t)
+    full = reduce_loss(loss_mat(slice(0, n)), mask, mode=mode, denominator=d)
     (grad_full,) = torch.autograd.grad(full, w)
 
-    norm = aggregate_normalizer(mask, mode=mode)
     total, grad_sum, start = 0.0, torch.zeros_like(w), 0
     for size in splits:
         rows = slice(start, start + size)
-        part = aggregate(loss_mat(rows), mask[rows], mode=mode, normalizer=norm)
+        part = reduce_loss(loss_mat(rows), mask[rows], mode=mode, denominator=d)
         (gp,) = torch.autograd.grad(part, w)
         total, grad_sum, start = total + part.item(), grad_sum + gp, start + size
     assert start == n

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer.algos import aggregate, m2po_mask, m2po_policy_loss
+from trainer.algos import loss_denominator, m2po_mask, m2po_policy_loss, reduce_loss
 
 
 def _m2po_mask_reference(logp, behavior_logp, adv, mask, tau):
@@ -88,7 +88,7 @@ def test_m2po_policy_loss_hand_example():
     # A = 1; log r = [0.5, 0.1, −0.3, 0.0]; trust region (A > 0, r > 1): tokens 0, 1 with M2 = 0.25, 0.01
     #   mean 0.13 > 0.04 -> drop token 0; mean 0.01 <= 0.04 -> stop
     #   loss = [0, −e^0.1, −e^−0.3, −1] (no clip); gradient wrt logp = −A·r on kept tokens, 0 on the dropped
-    #   aggregate over ALL 4 tokens: (−e^0.1 − e^−0.3 − 1) / 4
+    #   reduced over ALL 4 tokens (the denominator counts dropped ones): (−e^0.1 − e^−0.3 − 1) / 4
     behavior = torch.tensor([[-1.0, -1.0, -1.0, -1.0, float("nan")]], dtype=torch.float64)
     logp = (behavior.nan_to_num(-1.0) + torch.tensor([[0.5, 0.1, -0.3, 0.0, 0.0]], dtype=torch.float64))
     logp.requires_grad_(True)
@@ -100,7 +100,8 @@ def test_m2po_policy_loss_hand_example():
     assert stats["m2po_dropped"].tolist() == [[True, False, False, False, False]]
     assert int(stats["m2po_masked"]) == 1 and float(stats["m2po_masked_frac"]) == pytest.approx(0.25)
     assert not stats["clipped_low"].any() and not stats["clipped_high"].any()
-    total = aggregate(loss, mask)
+    assert loss_denominator(mask, mode="token-mean") == 4.0
+    total = reduce_loss(loss, mask, mode="token-mean", denominator=loss_denominator(mask, mode="token-mean"))
     assert total.item() == pytest.approx((-math.exp(0.1) - math.exp(-0.3) - 1.0) / 4, abs=1e-12)
     total.backward()
     torch.testing.assert_close(logp.grad, want / 4)  # d(−A·r)/dlogp = −A·r

@@ -34,20 +34,24 @@ def test_sources_use_no_distributed_or_file_io():
             assert needle not in text, f"{f.name} contains {needle!r}"
 
 
-def test_policy_losses_dict():
-    assert set(trainer.algos.POLICY_LOSSES) == {"dapo", "m2po", "luffy"}
-    assert trainer.algos.POLICY_LOSSES["dapo"] is trainer.algos.clipped_policy_loss
+def test_losses_table_covers_every_configured_algorithm():
+    from trainer.config import ALGORITHMS
+    assert set(trainer.algos.LOSSES) == set(ALGORITHMS) == {"dapo", "seeds", "luffy", "m2po"}
+    assert all(callable(fn) for fn in trainer.algos.LOSSES.values())
 
 
-def test_policy_losses_share_calling_convention_and_stats():
+def test_losses_share_calling_convention_and_stats():
+    from trainer.config import load_config, loss_kwargs
     g = torch.Generator().manual_seed(0)
     logp = (torch.randn(3, 4, generator=g) * 0.3 - 1).requires_grad_(True)
-    denom = torch.randn(3, 4, generator=g) * 0.3 - 1
-    adv = torch.tensor([1.0, -1.0, 0.5])
-    mask = torch.ones(3, 4, dtype=torch.bool)
-    extra = {"dapo": (), "m2po": (mask,), "luffy": (torch.tensor([False, True, False]),)}
-    for name, fn in trainer.algos.POLICY_LOSSES.items():
-        loss, stats = fn(logp, denom, adv, *extra[name])
-        assert loss.shape == (3, 4) and loss.requires_grad, name
-        for key in ("ratio", "clipped_low", "clipped_high"):
-            assert stats[key].shape == (3, 4) and not stats[key].requires_grad, (name, key)
+    batch = trainer.algos.TokenBatch(
+        logp=logp, old_logp=torch.randn(3, 4, generator=g) * 0.3 - 1, adv=torch.tensor([1.0, -1.0, 0.5]),
+        response_mask=torch.ones(3, 4, dtype=torch.bool), seed_lens=torch.tensor([0, 2, 1]),
+        behavior_logp=torch.randn(3, 4, generator=g) * 0.3 - 1, off_policy=torch.tensor([False, True, False]))
+    for name, fn in trainer.algos.LOSSES.items():
+        for stale in ("clip", "m2po"):
+            # the hyperparameters come from the config's loss_kwargs, exactly as the trainer passes them
+            loss, stats = fn(batch, **loss_kwargs(load_config(None, [f"algorithm={name}", f"seed_stale_loss={stale}"])))
+            assert loss.shape == (3, 4) and loss.requires_grad, name
+            for key in ("ratio", "clipped_low", "clipped_high"):
+                assert stats[key].shape == (3, 4) and not stats[key].requires_grad, (name, key)

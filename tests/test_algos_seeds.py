@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from trainer.algos import (
-    aggregate,
+    LOSSES,
+    TokenBatch,
     clipped_policy_loss,
+    loss_denominator,
+    reduce_loss,
     entropy_seed_lengths,
     ratio_seed_lengths,
     seed_loss_mask,
@@ -149,8 +152,17 @@ def test_eq5_variants_hand_loss():
     adv = torch.tensor([1.0])
     loss_sa, stats = clipped_policy_loss(logp, seed_old_logp(logp.clone(), behavior, seed), adv)
     assert stats["clipped_high"].tolist() == [[True, True, False, False]]
-    sa = aggregate(loss_sa, seed_loss_mask(mask, seed, variant="state+action"))
-    assert sa.item() == pytest.approx(-1.14, abs=1e-6)
+
+    def reduce(loss_mat, variant):
+        m = seed_loss_mask(mask, seed, variant=variant)
+        return reduce_loss(loss_mat, m, mode="token-mean", denominator=loss_denominator(m, mode="token-mean"))
+
+    assert reduce(loss_sa, "state+action").item() == pytest.approx(-1.14, abs=1e-6)
     loss_s, _ = clipped_policy_loss(logp, logp.clone(), adv)
-    st = aggregate(loss_s, seed_loss_mask(mask, seed, variant="state"))
-    assert st.item() == pytest.approx(-1.0, abs=1e-6)
+    assert reduce(loss_s, "state").item() == pytest.approx(-1.0, abs=1e-6)
+    # the table's seeds entry is the same per-token loss (seed tokens against π_b) for both variants
+    batch = TokenBatch(logp=logp, old_logp=logp.clone(), adv=adv, response_mask=mask, seed_lens=seed,
+                       behavior_logp=behavior)
+    table, _ = LOSSES["seeds"](batch, clip_low=0.2, clip_high=0.28)
+    assert torch.equal(table, loss_sa)
+    assert reduce(table, "state").item() == pytest.approx(-1.0, abs=1e-6)

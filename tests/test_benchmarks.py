@@ -2,7 +2,8 @@
 
 Checks the result files and their structure, that every measured side has finite positive samples and every
 check a finite positive value (with PASS/MISS decided), and the harness pieces (alternation order, summaries).
-The GPU section is skipped without CUDA; its Qwen2 plumbing runs here at toy size on the CPU.
+The GPU section is skipped without CUDA (and its numbers checked with it); its Qwen2 plumbing runs here at toy
+size on the CPU.
 """
 
 import importlib.util
@@ -19,13 +20,26 @@ HAVE_TRL = importlib.util.find_spec("trl") is not None
 pytestmark = pytest.mark.slow   # about a minute: every benchmark runs once at a tiny size
 
 
+THREADS = {}   # torch's thread count before the benchmarks ran in this process
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    import torch
     out = tmp_path_factory.mktemp("bench")
     argv = ["--quick", "--repeats", "1", "--warmup", "0", "--threads", "1", "--in-process", "--tokens", "2e5",
             "--out", str(out), "--tmp", str(out)]
-    assert main(argv) == 0
+    THREADS["before"] = torch.get_num_threads()
+    try:
+        assert main(argv) == 0
+    finally:   # in-process benchmarks pin torch to --threads: give every later test its thread count back
+        torch.set_num_threads(THREADS["before"])
     return out
+
+
+def test_benchmarks_leave_the_torch_thread_count_as_they_found_it(results):
+    import torch
+    assert THREADS["before"] >= 1 and torch.get_num_threads() == THREADS["before"]
 
 
 def test_result_files_exist(results):
@@ -76,26 +90,51 @@ def test_seeds_token_accounting_is_exact(results):
     assert r["info"]["token_ratio_measured"] == pytest.approx(r["info"]["token_factor_formula"], abs=1e-12)
 
 
-def test_gpu_section_skips_without_cuda(results):
+def test_gpu_section_skips_without_cuda_and_measures_with_it(results):
     import torch
+
+    from trainer.algos import token_factor
     r = json.loads((results / "gpu.json").read_text())
+    assert r["name"] == "gpu" and r["params"]["spec"] == "qwen2-0.5b"
     if not torch.cuda.is_available():
         assert r["skipped"] and "CUDA" in r["skipped"]
+        assert r["sides"] == [] and r["checks"] == []
+        return
+    assert r["skipped"] is None
+    assert "rollout_error" not in r["info"] and "trainer_error" not in r["info"], r["info"]
+    assert r["info"]["gpus"] == torch.cuda.device_count() >= 1 and isinstance(r["info"]["vllm_installed"], bool)
+    sides = {s["name"]: s for s in r["sides"]}
+    want = {"hf rollout", "seeds step (cycle mean)", "dapo step (cycle mean)", "seeds gen_s", "seeds train_s",
+            "dapo gen_s", "dapo train_s"} | ({"vllm rollout"} if r["info"]["vllm_installed"] else set())
+    assert set(sides) == want
+    for s in sides.values():
+        assert s["n"] == len(s["samples"]) >= 1 and all(math.isfinite(x) and x > 0 for x in s["samples"]), s
+    (check,) = r["checks"]
+    assert check["name"] == "seeds / dapo seconds per step (GPU)" and check["target"] == 1.10
+    assert math.isfinite(check["value"]) and check["value"] > 0 and isinstance(check["passed"], bool)
+    # EOS ignored: the second cycle's generated tokens follow the token factor exactly (ratio 0.5, T = 8)
+    assert r["info"]["token_ratio"] == pytest.approx(token_factor(0.5, 8), abs=1e-12)
 
 
 def test_gpu_plumbing_on_cpu_at_toy_size():
-    """The GPU section's children (Qwen2 from a config, patched policy builder) run on the CPU at toy size."""
-    import trainer.sampler
-    import trainer.train
-    from benchmarks.bench_gpu import cycle_run, rollout_run
-    before = trainer.train.build_policy, trainer.sampler.make_sampler
+    """The GPU section's children (Qwen2 from a config, handed to the trainer as its policy builder) run on the
+    CPU at toy size."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from benchmarks.bench_gpu import cycle_run, qwen2_policy_builder, rollout_run, token_ids_sampler_builder
+    from inference.hf import HFSampler
+    model, tok = qwen2_policy_builder("qwen2-toy")("ignored", dtype=torch.float32, seed=0)
+    assert isinstance(model, Qwen2ForCausalLM) and model.config.vocab_size == 128
+    assert tok.decode(tok("1+2")["input_ids"]) == "1+2"   # the character tokenizer, not Qwen's
+    sampler = token_ids_sampler_builder(max_model_len=64)(model, tok, engine="hf", max_batch_size=4)
+    assert isinstance(sampler, HFSampler) and sampler.max_batch_size == 4
     ro = rollout_run(spec="qwen2-toy", batch=4, prompt_len=5, new_tokens=4, repeats=1, engines=["hf"])
     assert len(ro["hf"]) == 1 and ro["hf"][0] > 0
     out = cycle_run(spec="qwen2-toy", algorithm="seeds", engine="hf", prompts=2, samples=2, max_tokens=4, T=2,
                     seed_ratio=0.5, micro_batch_size=4, device="cpu", dtype="float32")
     assert out["generated"] == [2 * 2 * 4 * 2, 2 * 2 * 2]   # refresh writes T batches; the seeded step regenerates half
-    # the patch is scoped: later tests in this process train the tiny Llama they ask for, not the toy Qwen2
-    assert (trainer.train.build_policy, trainer.sampler.make_sampler) == before
+    assert len(out["step_s"]) == 2 and all(x > 0 for x in out["step_s"])
 
 
 def test_alternate_runs_sides_in_turn_and_skips_warmup():

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from conftest import TASK_KWARGS
-from trainer.algos import aggregate, token_factor
-from trainer.config import load_config
+from trainer import checkpoint as ckpt
+from trainer.algos import LOSSES, loss_denominator, loss_mask, reduce_loss, token_factor
+from trainer.config import load_config, loss_kwargs
 from trainer.fsdp import Dist
 from contracts.records import read_rollouts
 from trainer.rollout import Rollout
-from trainer.train import loss_normalizer, token_losses, train
+from trainer.train import rows_loss_mask, token_batch, train
 
 
 def run(tmp_path, **over):
@@ -62,20 +63,44 @@ def test_seed_records_mark_seeds_cut_tokens_and_behavior(tmp_path):
 
 
 def test_entropy_rule_cuts_at_top_k_positions(tmp_path):
-    run_dir, _ = run(tmp_path, algorithm="seeds", seed_rule="entropy", seed_topk=3, seed_refresh_interval=2,
-                     ignore_eos=True, dynamic_sampling=False, total_steps=2)
+    k = 3
+    run_dir, _ = run(tmp_path, algorithm="seeds", seed_rule="entropy", seed_topk=k, seed_refresh_interval=2,
+                     dynamic_sampling=False, total_steps=2, save_every=1, keep_checkpoints=0)
     rows = read_rollouts(run_dir).to_pylist()
-    step0 = {(r["prompt_id"], tuple(r["response_ids"])): r for r in rows if r["step"] == 0}
     seeded = [r for r in rows if r["step"] == 1]
-    assert seeded and all(r["trunc_rule"] == "entropy" for r in seeded)
+    assert len(seeded) == 4 * 4 and all(r["trunc_rule"] == "entropy" for r in seeded)
     assert len({r["seed_len"] for r in seeded}) > 1  # cut positions vary across responses
-    assert all(0 <= r["seed_len"] < 16 for r in seeded)
+    # The cached responses of batch 1 (written and scored by the step-0 policy) are in the seed buffer the run
+    # checkpoints; row i of step 1 was cut from cached response i.
+    cache = ckpt.load_trainer_state(ckpt.checkpoint_dir(run_dir, 0))["rollouts"]["seed_buffer"]["cache"][1]
+    assert len(cache) == len(seeded)
+    n_eos = 0
+    for r, c in zip(seeded, cache):
+        m, ids = r["seed_len"], c["response_ids"]
+        assert r["response_ids"][:m] == ids[:m] and r["trunc_token_id"] == ids[m]  # the record's seed is this one
+        eos = c["finish_reason"] == "stop"
+        n_eos += eos
+        ent = c["entropy"][: len(ids) - eos].tolist()  # the EOS position is never a candidate
+        assert len(ent) > k
+        top_k = sorted(range(len(ent)), key=lambda t: (-ent[t], t))[:k]
+        assert m in top_k, f"cut at {m}, but the {k} highest-entropy positions are {top_k}"
+        assert r["logp_behavior"][:m] == pytest.approx(c["logp"][:m].tolist(), abs=0)
+    assert n_eos >= 1, "no cached response ended with EOS: the EOS exclusion went untested"
 
 
 def _row(seed_len, behavior, adv=1.0, L=4):
     return Rollout(example_idx=0, prompt_id="p", group=0, sample_idx=0, prompt_ids=[1], response_ids=[5] * L,
                    finish_reason="length", variant="seed", seed_len=seed_len,
                    behavior_logp=behavior + [math.nan] * (L - len(behavior)), advantage=adv)
+
+
+def _seed_loss(cfg, rows, logp, old_logp, mask):
+    """The trainer's loss for one micro-batch holding all rows: the table entry reduced over the step's denominator."""
+    batch = token_batch(rows, logp, old_logp, mask)
+    lmask = loss_mask(mask, batch.seed_lens, seed_loss=cfg.seed_loss)
+    loss_mat, stats = LOSSES[cfg.algorithm](batch, **loss_kwargs(cfg))
+    denom = loss_denominator(rows_loss_mask(cfg, rows), mode=cfg.loss_agg, max_len=cfg.max_response_tokens)
+    return reduce_loss(loss_mat, lmask, mode=cfg.loss_agg, denominator=denom), lmask, stats
 
 
 def test_state_and_state_action_losses_by_hand():
@@ -86,16 +111,15 @@ def test_state_and_state_action_losses_by_hand():
     rows = [_row(2, [math.log(0.25)] * 2)]
     # state+action: token-mean over all four tokens of -A * min(r, clip(r)): (-1.28 - 1.28 - 1 - 1) / 4
     cfg = load_config(None, ["algorithm=seeds", "seed_loss=state+action"])
-    loss_mat, lmask, stats = token_losses(cfg, rows, logp, logp.detach(), mask)
-    loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
+    loss, lmask, stats = _seed_loss(cfg, rows, logp, logp.detach(), mask)
     assert float(loss.detach()) == pytest.approx((-1.28 * 2 - 2) / 4, abs=1e-6)
+    assert lmask[0].tolist() == [True] * 4
     assert stats["clipped_high"][0].tolist() == [True, True, False, False]
     assert stats["ratio"][0, :2].tolist() == pytest.approx([2.0, 2.0])
     # state: seed tokens leave the loss and the denominator: (-1 - 1) / 2
     cfg = load_config(None, ["algorithm=seeds", "seed_loss=state"])
-    loss_mat, lmask, _ = token_losses(cfg, rows, logp, logp.detach(), mask)
+    loss, lmask, _ = _seed_loss(cfg, rows, logp, logp.detach(), mask)
     assert lmask[0].tolist() == [False, False, True, True]
-    loss = aggregate(loss_mat, lmask, normalizer=torch.tensor(loss_normalizer(cfg, rows)))
     assert float(loss.detach()) == pytest.approx(-1.0, abs=1e-6)
     # Gradient of the state loss touches continuation tokens only: d/dlogp of -A*r/2 = -0.5 there, 0 on seeds.
     loss.backward()
@@ -108,7 +132,7 @@ def test_state_action_uses_cached_behavior_logprobs_on_seed_tokens():
     mask = torch.ones(1, 4, dtype=torch.bool)
     cfg = load_config(None, ["algorithm=seeds", "seed_loss=state+action", "clip_high=10", "clip_low=0.99"])
     for p_b in (0.25, 0.4, 0.8):
-        _, _, stats = token_losses(cfg, [_row(3, [math.log(p_b)] * 3)], logp, logp, mask)
+        _, _, stats = _seed_loss(cfg, [_row(3, [math.log(p_b)] * 3)], logp, logp, mask)
         assert stats["ratio"][0].tolist() == pytest.approx([0.5 / p_b] * 3 + [1.0], rel=1e-6)
 
 
@@ -143,26 +167,14 @@ def test_m2po_trains_on_stale_rollouts(tmp_path, sft_policy_dir):
 
 def test_behavior_logprobs_from_the_sampler_match_the_trainer_forward(tmp_path):
     """behavior_logprobs=sampler takes the seed tokens' behavior log-probs from the sampler instead of a second
-    forward: same samples (same seeds), the same numbers up to float rounding, and no scoring pass."""
-    import trainer.rollout as R
-
-    calls = []
-    real = R.score
-
-    def counting(*a, **k):
-        calls.append(len(a[1]))
-        return real(*a, **k)
-
+    forward: same samples (same seeds), the same numbers up to float rounding, and no scoring pass (the trainer's
+    time/behavior_s metric times that forward: positive on the refresh step of the default, 0 with the sampler)."""
     common = dict(algorithm="seeds", seed_ratio=0.5, seed_refresh_interval=2, ignore_eos=True, dynamic_sampling=False,
                   total_steps=2, lr=0.0)
-    R.score = counting
-    try:
-        run_t, _ = run(tmp_path / "trainer", **common)
-        n_trainer = len(calls)
-        run_s, _ = run(tmp_path / "sampler", behavior_logprobs="sampler", **common)
-    finally:
-        R.score = real
-    assert n_trainer >= 1 and len(calls) == n_trainer, "the sampler mode must not run the behavior forward"
+    run_t, metrics_t = run(tmp_path / "trainer", **common)
+    run_s, metrics_s = run(tmp_path / "sampler", behavior_logprobs="sampler", **common)
+    assert metrics_t[0]["time/behavior_s"] > 0 and metrics_t[1]["time/behavior_s"] == 0.0  # refresh step only
+    assert [m["time/behavior_s"] for m in metrics_s] == [0.0, 0.0], "the sampler mode must not run the behavior forward"
     a = [r for r in read_rollouts(run_t).to_pylist() if r["step"] == 1]
     b = [r for r in read_rollouts(run_s).to_pylist() if r["step"] == 1]
     assert [r["response_ids"] for r in a] == [r["response_ids"] for r in b]

@@ -134,45 +134,113 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path, sft_polic
 # ---------------------------------------------------------------------------------------------------------
 # gradient invariance: micro-batch size here, world size 1 vs 2 with torchrun (gloo, FSDP2)
 # ---------------------------------------------------------------------------------------------------------
-def fixed_rollouts(tokenizer, n_groups=3, G=4, seed=0):
-    """A deterministic batch of rows with varied prompt/response lengths and non-trivial advantages."""
+def fixed_rollouts(tokenizer, n_groups=3, G=4, seed=0, algorithm="dapo"):
+    """A deterministic batch of rows with varied prompt/response lengths and non-trivial advantages; for
+    ``seeds``/``luffy``/``m2po`` the same rows also carry seeds (groups 1+), an off-policy trace (the last sample of
+    each group) or stale behavior log-probs."""
     from trainer.rollout import Rollout
     g = torch.Generator().manual_seed(seed)
+    extra = torch.Generator().manual_seed(seed + 1)   # a second stream: the dapo rows stay as they always were
     rows = []
     for grp in range(n_groups):
         prompt = torch.randint(5, 60, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
         for s in range(G):
             L = int(torch.randint(2, 14, (1,), generator=g))
             resp = torch.randint(5, 60, (L,), generator=g).tolist()
+            kw = {}
+            if algorithm == "seeds" and grp > 0:
+                m = int(torch.randint(1, L, (1,), generator=extra))
+                beh = (torch.randn(m, generator=extra) * 0.5 - 4.0).tolist()
+                kw = dict(variant="seed", seed_len=m, seed_step=0, behavior_logp=beh + [math.nan] * (L - m))
+            elif algorithm == "luffy" and s == G - 1:
+                kw = dict(variant="luffy_off")
+            elif algorithm == "m2po":
+                kw = dict(variant="stale", seed_step=0,
+                          behavior_logp=(torch.randn(L, generator=extra) * 0.3 - 4.0).tolist())
             rows.append(Rollout(example_idx=grp, prompt_id=str(grp), group=grp, sample_idx=s, prompt_ids=prompt,
                                 response_ids=resp, finish_reason="length",
-                                advantage=float(torch.randn(1, generator=g))))
+                                advantage=float(torch.randn(1, generator=g)), **kw))
     return rows
 
 
 def grads_for(micro_batch_size: int, **cfg_over):
+    """The gradient (and summed loss) of one mini-batch through ``backward_minibatch``, as ``update`` drives it:
+    with M2PO's keep-mask computed over the whole mini-batch from the log-probs before the update."""
     from inference.tiny import build_model, build_tokenizer
+    from trainer.policy import score
+    from trainer.train import m2po_keep_masks, uses_m2po_mask
     tok = build_tokenizer()
     model = build_model("1m", tok, seed=3)
     cfg = load_config(None, [f"micro_batch_size={micro_batch_size}", *[f"{k}={v}" for k, v in cfg_over.items()]])
-    rows = fixed_rollouts(tok)
-    backward_minibatch(model, cfg, rows, Dist(), pad_id=tok.pad_token_id)
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    rows = fixed_rollouts(tok, algorithm=cfg.algorithm)
+    old = keep = None
+    if uses_m2po_mask(cfg):
+        logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=tok.pad_token_id,
+                        micro_batch_size=64, d=Dist())
+        old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
+        keep = m2po_keep_masks(cfg, rows, old)
+        assert 0 < sum(x for v in keep.values() for x in v) < sum(len(v) for v in keep.values())  # M2PO drops some
+    total, records = backward_minibatch(model, cfg, rows, Dist(), pad_id=tok.pad_token_id, old=old, keep=keep)
+    assert len(records) == len(rows)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, total
 
 
-@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "token-sum-norm"])
-def test_gradient_invariant_to_micro_batch_size(loss_agg):
-    ref = grads_for(12, loss_agg=loss_agg)
+# Every algorithm's loss goes through one reduction with the mini-batch's denominator: token-mean (DAPO, M2PO over
+# all tokens), seq-mean, LUFFY's sum / max length with its entropy bonus, Thinking Seeds' continuation-token count.
+INVARIANCE_CASES = [
+    {"loss_agg": "token-mean"},
+    {"loss_agg": "seq-mean-token-mean"},
+    {"loss_agg": "token-sum-norm"},
+    {"loss_agg": "seq-mean-token-sum", "entropy_coef": 0.01},
+    {"algorithm": "seeds", "seed_loss": "state"},
+    {"algorithm": "seeds", "seed_loss": "state+action", "seed_stale_loss": "m2po", "entropy_coef": 0.01},
+    {"algorithm": "luffy", "loss_agg": "token-sum-norm", "entropy_coef": 0.001},
+    {"algorithm": "m2po"},
+]
+
+
+@pytest.mark.parametrize("over", INVARIANCE_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_gradient_invariant_to_micro_batch_size(over):
+    ref, ref_loss = grads_for(12, **over)
+    assert max(float(g.abs().max()) for g in ref.values()) > 0
     for mb in (1, 5):
-        other = grads_for(mb, loss_agg=loss_agg)
+        other, loss = grads_for(mb, **over)
         diff = max(float((ref[k] - other[k]).abs().max()) for k in ref)
         assert diff <= 1e-6, f"micro_batch_size={mb} changes the gradient by {diff}"
+        assert loss == pytest.approx(ref_loss, abs=1e-6), f"micro_batch_size={mb} changes the summed loss"
+
+
+def test_the_loss_is_the_table_entry_over_the_step_denominator():
+    """backward_minibatch's loss for a seeds "state" batch in one micro-batch, recomputed by hand from the pure
+    pieces: the continuation-token count of the batch is the denominator, the entropy bonus shares it."""
+    from inference.tiny import build_model, build_tokenizer
+    from trainer.algos import LOSSES, TokenBatch, seed_loss_mask
+    from trainer.policy import response_logprobs
+    tok = build_tokenizer()
+    cfg = load_config(None, ["algorithm=seeds", "seed_loss=state", "micro_batch_size=64", "entropy_coef=0.01"])
+    rows = fixed_rollouts(tok, algorithm="seeds")
+    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
+    model = build_model("1m", tok, seed=3)
+    with torch.no_grad():
+        logp, ent, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                                            pad_id=tok.pad_token_id, device="cpu", forward="model")
+    R = logp.shape[1]
+    seed_lens = torch.tensor([r.seed_len for r in rows])
+    behavior = torch.tensor([(r.behavior_logp or []) + [math.nan] * (R - len(r.behavior_logp or [])) for r in rows])
+    batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
+                       seed_lens=seed_lens, behavior_logp=behavior)
+    loss_mat, _ = LOSSES["seeds"](batch, clip_low=0.2, clip_high=0.28)
+    keep = seed_loss_mask(mask, seed_lens, variant="state")
+    n_cont = sum(len(r.response_ids) - r.seed_len for r in rows)
+    assert int(keep.sum()) == n_cont < int(mask.sum())
+    want = (loss_mat[keep].sum() - 0.01 * ent[mask].sum()) / n_cont
+    assert total == pytest.approx(float(want), abs=1e-5)
 
 
 @pytest.mark.parametrize("tokens", [40, 90, 10_000])
 def test_gradient_invariant_to_a_micro_batch_token_budget(tokens):
-    ref = grads_for(12)
-    other = grads_for(12, micro_batch_tokens=tokens)
+    ref, _ = grads_for(12)
+    other, _ = grads_for(12, micro_batch_tokens=tokens)
     diff = max(float((ref[k] - other[k]).abs().max()) for k in ref)
     assert diff <= 1e-6, f"micro_batch_tokens={tokens} changes the gradient by {diff}"
 
@@ -180,9 +248,9 @@ def test_gradient_invariant_to_a_micro_batch_token_budget(tokens):
 @pytest.mark.parametrize("tokens", [0, 40])
 def test_flat_and_padded_forwards_give_the_same_gradient(tokens):
     # the whole micro-batch path (grouping, loss aggregation over micro-batches) with either forward
-    ref = grads_for(12, train_forward="model", micro_batch_tokens=tokens)
+    ref, _ = grads_for(12, train_forward="model", micro_batch_tokens=tokens)
     for mb in (12, 5):
-        flat = grads_for(mb, train_forward="flat", micro_batch_tokens=tokens)
+        flat, _ = grads_for(mb, train_forward="flat", micro_batch_tokens=tokens)
         for k in ref:
             err = float((ref[k] - flat[k]).abs().max() / ref[k].abs().max().clamp(min=1e-6))
             assert err <= 1e-4, f"{k}: flat forward (micro_batch_size={mb}) differs by {err:.1e} (relative)"
@@ -198,7 +266,7 @@ def test_the_rollout_batch_size_reaches_the_sampler():
 
 
 def test_micro_batches_respect_rows_tokens_and_keep_ranks_in_step():
-    from trainer.policy import micro_batches
+    from inference.batching import micro_batches
     shapes = [(3, 10), (8, 2), (5, 30), (4, 4), (6, 1), (7, 12), (2, 0), (9, 25), (3, 3)]
     # rows only: length-sorted chunks, as before the token budget existed
     split, n = micro_batches(shapes, rows=4)
@@ -219,7 +287,7 @@ def test_micro_batches_respect_rows_tokens_and_keep_ranks_in_step():
 
 
 def test_gradient_invariant_to_world_size(tmp_path):
-    single = grads_for(5)
+    single, _ = grads_for(5)
     worker = REPO / "tests" / "dist_grad_worker.py"
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}", OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",

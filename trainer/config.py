@@ -105,7 +105,7 @@ class Config:
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
     luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
     # M2PO (algorithm=m2po)
-    m2po_tau: float = 0.04                # second-moment threshold
+    m2po_tau: float = 0.04                # second-moment threshold (also seed_stale_loss=m2po)
     m2po_staleness: int = 4               # train on rollouts written this many steps ago
     # --- logging and checkpoints ------------------------------------------------------------------------
     save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
@@ -269,13 +269,15 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            "log-probs before temperature and no entropy: use behavior_logprobs=trainer with vLLM")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or an existing checkpoint path; '{cfg.resume}' does not exist")
+    # every algorithm's loss mask reads seed_loss (rows without a seed are unaffected), so it is always checked
+    _check(cfg.seed_loss in SEED_LOSSES, f"seed_loss must be one of {SEED_LOSSES}, got '{cfg.seed_loss}'")
     if cfg.algorithm == "seeds":
         _check(cfg.seed_refresh_interval >= 1, "seed_refresh_interval (T) must be >= 1")
         _check(cfg.seed_rule in SEED_RULES, f"seed_rule must be one of {SEED_RULES}, got '{cfg.seed_rule}'")
         _check(0.0 <= cfg.seed_ratio <= 1.0, f"seed_ratio must lie in [0, 1], got {cfg.seed_ratio}")
         _check(cfg.seed_topk >= 1, "seed_topk must be >= 1")
-        _check(cfg.seed_loss in SEED_LOSSES, f"seed_loss must be one of {SEED_LOSSES}, got '{cfg.seed_loss}'")
         _check(cfg.seed_stale_loss in ("clip", "m2po"), "seed_stale_loss must be clip or m2po")
+        _check(cfg.seed_stale_loss != "m2po" or cfg.m2po_tau > 0, "m2po_tau must be > 0 (seed_stale_loss=m2po)")
     if cfg.algorithm == "luffy":
         _check(1 <= cfg.luffy_off_policy_per_group < cfg.samples_per_prompt,
                f"luffy_off_policy_per_group must be in [1, samples_per_prompt), got {cfg.luffy_off_policy_per_group}")
@@ -288,6 +290,17 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     if cfg.model.startswith("tiny:"):
         _check(cfg.model.split(":", 1)[1] in ("1m", "2m", "5m", "20m"),
                f"model '{cfg.model}': tiny sizes are tiny:1m, tiny:2m, tiny:5m, tiny:20m")
+
+
+def loss_kwargs(cfg: Config) -> dict:
+    """The keyword hyperparameters of ``trainer.algos.LOSSES[cfg.algorithm]``, read from the config in one place."""
+    clip = {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high, "clip_c": cfg.clip_c}
+    return {
+        "dapo": clip,
+        "seeds": {**clip, "stale_loss": cfg.seed_stale_loss, "tau": cfg.m2po_tau},
+        "luffy": {"gamma": cfg.luffy_gamma},
+        "m2po": {"tau": cfg.m2po_tau},
+    }[cfg.algorithm]
 
 
 def to_dict(cfg: Config) -> dict:

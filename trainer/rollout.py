@@ -13,6 +13,7 @@ and the policy of step s+j continues from prompt + seed.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -68,6 +69,7 @@ class RolloutBuilder:
     seed_buffer: dict | None = None  # the current Thinking Seeds refresh cycle
     stale_queue: list = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
     generated_tokens: int = 0        # cumulative tokens sampled by the policy (all ranks)
+    behavior_s: float = 0.0          # cumulative seconds in the no-grad behavior forward (logged, not resumed)
     _next_group: int = 0
 
     # ---------------------------------------------------------------------------------------------------
@@ -199,10 +201,12 @@ class RolloutBuilder:
 
     def _score(self, prompts, responses) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """One no-grad forward of the trained module, batched and laid out as the update's forward."""
-        cfg = self.cfg
-        return score(self.model, prompts, responses, pad_id=self.tokenizer.pad_token_id,
-                     micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
-                     micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+        cfg, t0 = self.cfg, time.perf_counter()
+        out = score(self.model, prompts, responses, pad_id=self.tokenizer.pad_token_id,
+                    micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
+                    micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+        self.behavior_s += time.perf_counter() - t0   # score returns CPU tensors: the forward has finished
+        return out
 
     def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False,
                  prefix_lens: list[int] | None = None):

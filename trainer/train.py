@@ -19,6 +19,12 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
   mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens.
 
+Every algorithm's per-token loss is one entry of the table ``trainer.algos.LOSSES`` (pure functions,
+``trainer/algos/objectives.py``; hyperparameters from ``trainer.config.loss_kwargs``), reduced by
+``reduce_loss`` over the one denominator of the optimizer step (``loss_denominator``: token-mean over the global
+token count, seq-mean, or LUFFY's sum / max length), the entropy bonus included. This file builds the tensors,
+looks the loss up and calls it.
+
 Log-probs come from the padding-free, shared-prompt forward of ``inference/flat.py`` for Llama/Qwen2/Qwen3 models
 (``train_forward=auto``; the same function as the model's own forward, which ``train_forward=model`` and
 unsupported or sharded models use).
@@ -38,15 +44,16 @@ from pathlib import Path
 
 import torch
 
+from inference.batching import micro_batches
 from trainer import checkpoint as ckpt
-from trainer.algos import (aggregate, clipped_policy_loss, group_advantages, luffy_policy_loss, m2po_mask,
-                           seed_loss_mask, seed_old_logp)
-from trainer.config import Config, ConfigError, dump_config, load_config, to_dict, validate
+from trainer.algos import (LOSSES, TokenBatch, group_advantages, loss_denominator, loss_mask, m2po_mask,
+                           reduce_loss)
+from trainer.config import Config, ConfigError, dump_config, load_config, loss_kwargs, to_dict, validate
 from trainer.data import PromptLoader, load_examples
 from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, clip_grad_norm, full_model_state_dict,
                           init_distributed, load_full_model_state_dict, load_optimizer_state_dict,
                           optimizer_state_dict, shard_model, shutdown)
-from trainer.policy import build_policy, micro_batches, resolve_dtype, response_logprobs, score, use_flat
+from trainer.policy import build_policy, resolve_dtype, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, RolloutBuilder
 
 
@@ -77,56 +84,38 @@ def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=m
     return out
 
 
-def token_losses(cfg: Config, rows: list[Rollout], logp, old_logp, resp_mask, keep=None):
-    """Per-token loss [n, R], the loss mask, and per-token stats for one micro-batch (the algorithm dispatch)."""
-    R = logp.shape[1]
-    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32, device=logp.device)
-    seed_lens = torch.tensor([r.seed_len for r in rows], dtype=torch.long, device=logp.device)
-    behavior = _stack(rows, [r.behavior_logp for r in rows], R).to(logp.device)
-    mask = resp_mask.clone()
-    if cfg.algorithm == "luffy":
-        off = torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=logp.device)
-        loss, stats = luffy_policy_loss(logp, old_logp, adv, off, gamma=cfg.luffy_gamma)
-        return loss, mask, stats
-    if cfg.algorithm == "m2po":  # stale rows: r = pi_theta / pi_behavior, trust-region mask, no epsilon-clip
-        ratio = torch.exp(logp - behavior.nan_to_num(0.0))
-        loss = -adv.unsqueeze(1) * ratio * keep
-        zero = torch.zeros_like(mask)
-        return loss, mask, {"ratio": ratio.detach(), "clipped_low": zero, "clipped_high": zero}
-    denom = old_logp
-    if cfg.algorithm == "seeds":
-        behavior = behavior.nan_to_num(0.0)
-        mask = seed_loss_mask(resp_mask, seed_lens, variant=cfg.seed_loss)
-        denom = seed_old_logp(old_logp, behavior, seed_lens)
-    loss, stats = clipped_policy_loss(logp, denom, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                      clip_c=cfg.clip_c)
-    if cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po" and keep is not None:
-        seed_tok = (torch.arange(R, device=logp.device).unsqueeze(0) < seed_lens.unsqueeze(1)) & resp_mask
-        m2 = -adv.unsqueeze(1) * torch.exp(logp - behavior) * keep
-        loss = torch.where(seed_tok, m2, loss)
-    return loss, mask, stats
+def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None) -> TokenBatch:
+    """The tensors of a micro-batch's rows that the policy losses read (``trainer.algos.TokenBatch``)."""
+    dev, R = logp.device, logp.shape[1]
+    return TokenBatch(
+        logp=logp, old_logp=old_logp, response_mask=resp_mask,
+        adv=torch.tensor([r.advantage for r in rows], dtype=torch.float32, device=dev),
+        seed_lens=torch.tensor([r.seed_len for r in rows], dtype=torch.long, device=dev),
+        behavior_logp=_stack(rows, [r.behavior_logp for r in rows], R).to(dev),
+        off_policy=torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=dev),
+        keep=keep,
+    )
 
 
-def loss_normalizer(cfg: Config, rows: list[Rollout]) -> float:
-    """The denominator of the whole mini-batch (all micro-batches and ranks): one place, one number."""
-    if cfg.loss_agg == "token-sum-norm":
-        return float(len(rows) * cfg.max_response_tokens)
-    if cfg.loss_agg.startswith("seq-mean"):
-        return float(len(rows))
-    if cfg.algorithm == "seeds" and cfg.seed_loss == "state":
-        return float(sum(len(r.response_ids) - r.seed_len for r in rows))
-    return float(sum(len(r.response_ids) for r in rows))
+def rows_loss_mask(cfg: Config, rows: list[Rollout]) -> torch.Tensor:
+    """The loss mask [n, longest response] of rows, from their lengths alone (for the step's denominator)."""
+    lengths = torch.tensor([len(r.response_ids) for r in rows], dtype=torch.long)
+    resp = torch.arange(max(1, int(lengths.max()))).unsqueeze(0) < lengths.unsqueeze(1)
+    return loss_mask(resp, torch.tensor([r.seed_len for r in rows], dtype=torch.long), seed_loss=cfg.seed_loss)
 
 
 def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
                        old: dict | None = None, keep: dict | None = None) -> tuple[float, dict]:
     """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
 
+    The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
+    (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
     ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (id(row) keys).
     Returns the summed loss and per-row token records {id(row): dict of lists}.
     """
-    norm = max(loss_normalizer(cfg, rows), 1.0)
-    mode = "token-mean" if cfg.loss_agg == "token-sum-norm" else cfg.loss_agg
+    agg = cfg.loss_agg
+    denom = loss_denominator(rows_loss_mask(cfg, rows), mode=agg, max_len=cfg.max_response_tokens)
+    policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
     forward = "flat" if use_flat(model, cfg.train_forward) else "model"
     split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
                                  tokens=cfg.micro_batch_tokens, rank=d.rank, world_size=d.world_size,
@@ -141,11 +130,13 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
                                                  entropy_grad=bool(cfg.entropy_coef), forward=forward)
         R = logp.shape[1]
         old_logp = logp.detach() if old is None else _stack(mb, [old[id(r)] for r in mb], R, 0.0).to(logp.device)
-        keep_t = None if keep is None else _stack(mb, [keep[id(r)] for r in mb], R, 0.0).to(logp.device)
-        loss_mat, mask, stats = token_losses(cfg, mb, logp, old_logp, resp_mask, keep_t)
-        loss = aggregate(loss_mat, mask, mode=mode, normalizer=torch.tensor(norm))
-        if cfg.entropy_coef:
-            loss = loss - cfg.entropy_coef * aggregate(ent, resp_mask, mode="token-mean", normalizer=torch.tensor(norm))
+        keep_t = None if keep is None else _stack(mb, [keep[id(r)] for r in mb], R, 0.0).to(logp.device).bool()
+        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t)
+        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss)
+        loss_mat, stats = policy_loss(batch, **hyper)
+        loss = reduce_loss(loss_mat, mask, mode=agg, denominator=denom)
+        if cfg.entropy_coef:  # the bonus: a token sum over response tokens, over the same denominator
+            loss = loss - cfg.entropy_coef * reduce_loss(ent, resp_mask, mode="token-mean", denominator=denom)
         if dummy:
             loss = loss * 0.0
         loss.backward()
@@ -162,10 +153,14 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
     return total, records
 
 
+def uses_m2po_mask(cfg: Config) -> bool:
+    """Whether the loss reads M2PO's keep-mask (M2PO, or Thinking Seeds with ``seed_stale_loss=m2po``)."""
+    return cfg.algorithm == "m2po" or (cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
+
+
 def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
     """M2PO's trust-region mask over the whole mini-batch, from log-probs taken before the update."""
-    stale = cfg.algorithm == "m2po" or (cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
-    if not stale:
+    if not uses_m2po_mask(cfg):
         return None
     R = max(len(r.response_ids) for r in rows)
     logp = _stack(rows, [old[id(r)] for r in rows], R, 0.0)
@@ -181,8 +176,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     groups = split_groups(rows)
     per = math.ceil(len(groups) / cfg.mini_batches_per_step)
     minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
-    need_old = cfg.mini_batches_per_step > 1 or cfg.algorithm == "m2po" or (
-        cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
+    need_old = cfg.mini_batches_per_step > 1 or uses_m2po_mask(cfg)
     old = None
     if need_old:  # pi_old before any update of this step
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
@@ -316,10 +310,12 @@ def make_scheduler(optimizer, cfg: Config):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
+def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist, *, sampler_builder=None):
     """The sampler (call before sharding). One process: the HF engine shares the trained module. Several ranks:
-    it samples from an unsharded copy whose weights are synced from the sharded model every step."""
+    it samples from an unsharded copy whose weights are synced from the sharded model every step.
+    ``sampler_builder``: replaces ``inference.make_sampler`` (same signature)."""
     from inference import make_sampler
+    make_sampler = sampler_builder or make_sampler
     engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
     kw = {"ignore_eos": True} if cfg.ignore_eos else {}
     kw["max_batch_size"] = cfg.rollout_batch_size
@@ -328,7 +324,13 @@ def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist):
     return make_sampler(engine_model, tokenizer, engine=cfg.engine, **kw), engine_model
 
 
-def train(cfg: Config, d: Dist) -> Path:
+def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on_step=None) -> Path:
+    """Run (or resume) the training run ``cfg`` describes; returns its run directory.
+
+    Library callers (benchmarks, tests) may pass ``policy_builder`` in place of ``trainer.policy.build_policy``
+    (``(model_name, *, dtype, seed) -> (model, tokenizer)``; e.g. a model built from a config), ``sampler_builder``
+    in place of ``inference.make_sampler``, and ``on_step(metrics)``, called on rank 0 once a step's metrics are
+    written."""
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # weight loading/saving bars would drown the training progress bar
     torch.manual_seed(cfg.seed)
@@ -337,7 +339,7 @@ def train(cfg: Config, d: Dist) -> Path:
     run_dir = cfg.run_dir
     examples = load_examples(cfg)
     dtype = resolve_dtype(cfg.dtype, d.device)
-    model, tokenizer = build_policy(warm_start(cfg, d), dtype=dtype, seed=cfg.seed)
+    model, tokenizer = (policy_builder or build_policy)(warm_start(cfg, d), dtype=dtype, seed=cfg.seed)
     if cfg.gradient_checkpointing:
         # transformers 5 renamed it (the old name warns)
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
@@ -349,7 +351,7 @@ def train(cfg: Config, d: Dist) -> Path:
             kept_examples.append(ex)
     assert kept_examples, f"every prompt is longer than max_prompt_tokens={cfg.max_prompt_tokens}"
     model.to(d.device)
-    sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d)
+    sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d, sampler_builder=sampler_builder)
     model = shard_model(model, d, param_dtype=dtype)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
@@ -387,7 +389,7 @@ def train(cfg: Config, d: Dist) -> Path:
     for step in range(start, cfg.total_steps):
         t0 = time.perf_counter()
         sync_rollout_weights(sampler, engine_model, model, d)
-        gen_before = builder.generated_tokens
+        gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
         all_rows, kept, metrics = collect_step(builder, cfg, step)
         t_gen = time.perf_counter() - t0
         if kept:
@@ -407,13 +409,16 @@ def train(cfg: Config, d: Dist) -> Path:
         if d.is_main:
             metrics.update(step_metrics(cfg, all_rows, kept, records))
             metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
-                            "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen})
+                            "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen,
+                            "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
             if cfg.algorithm == "seeds":
                 metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
             if cfg.log_rollouts:
                 from contracts.records import rollout_path, write_rollouts
                 write_rollouts(record_rows(cfg, step, all_rows, records, tokenizer), rollout_path(run_dir, step))
             _append_jsonl(run_dir / "metrics.jsonl", metrics)
+            if on_step:
+                on_step(metrics)
             if tracker:
                 tracker(metrics, step)
             if bar:

@@ -1,4 +1,4 @@
-"""DAPO clipped policy loss and the one place that reduces a per-token loss to a scalar.
+"""DAPO clipped policy loss, and the one place that reduces a per-token loss with its denominator.
 
 DESIGN §2 "DAPO objective":
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-AGGREGATE_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGGREGATE_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm")
 
 # exp(±20) is far outside any trust region; clamping the log-ratio keeps padding or a badly stale token from
 # overflowing to inf (whose gradient is NaN even when the token is masked out afterwards).
@@ -49,7 +49,7 @@ def clipped_policy_loss(
     """Per-token DAPO loss ℓ = max(−A·r, −A·clip(r, 1−clip_low, 1+clip_high)), DESIGN §2.
 
     With `clip_c` (> 1) the dual clip applies to A < 0: ℓ = min(ℓ, −A·clip_c).
-    Positions outside the response mask are computed like any other; the caller masks them in `aggregate`
+    Positions outside the response mask are computed like any other; the caller masks them in `reduce_loss`
     (their logp/old_logp must be finite).
 
     stats (all detached, [N, T]):
@@ -81,49 +81,65 @@ def clipped_policy_loss(
     return loss, stats
 
 
-def aggregate_normalizer(mask: Tensor, *, mode: str = "token-mean") -> Tensor:  # mask [N, T] -> scalar
-    """The local count that `aggregate` divides by: tokens (token-mean) or sequences with ≥ 1 loss token.
+def loss_denominator(
+    loss_mask: Tensor,  # [N, T] bool: the loss tokens of EVERY response of the optimizer step
+    *,
+    mode: str,
+    max_len: int | None = None,
+) -> float:
+    """The denominator of the optimizer step's loss (STYLE §5: computed once, handed to `reduce_loss`).
 
-    Sum this over all micro-batches and ranks of an optimizer step and pass the total as `normalizer`.
+    token-mean           Σ m                 tokens that enter the loss (DAPO: the global token count, DESIGN §2;
+                                             Thinking Seeds "state": continuation tokens; M2PO: all response
+                                             tokens, its dropped ones included)
+    seq-mean-token-mean  N                   responses (GRPO's 1/G Σ_i; one with no loss token counts too)
+    seq-mean-token-sum   N
+    token-sum-norm       N · max_len         LUFFY's "sum / max length" (max_len = the response budget)
+
+    `loss_mask` covers all micro-batches and ranks of the step (the trainer holds every row of a mini-batch on
+    every rank, so the count is global without a collective). Never below 1, so an empty step gives loss 0.
     """
     _check_mode(mode)
-    mask = mask.bool()
+    assert loss_mask.dim() == 2, f"loss_mask must be [N, T], got shape {tuple(loss_mask.shape)}"
+    n = loss_mask.shape[0]
     if mode == "token-mean":
-        return mask.sum()
-    return (mask.sum(-1) > 0).sum()
+        count = int(loss_mask.bool().sum())
+    elif mode == "token-sum-norm":
+        assert max_len is not None and max_len >= 1, f"token-sum-norm needs max_len >= 1, got {max_len}"
+        count = n * max_len
+    else:
+        count = n
+    return float(max(count, 1))
 
 
-def aggregate(
-    loss_mat: Tensor,  # [N, T]
-    mask: Tensor,  # [N, T] bool (or 0/1)
+def reduce_loss(
+    loss_mat: Tensor,  # [N, T], one micro-batch
+    mask: Tensor,  # [N, T] bool (or 0/1), the tokens of loss_mat that count
     *,
-    mode: str = "token-mean",
-    normalizer: Tensor | float | None = None,
+    mode: str,
+    denominator: float | Tensor,  # `loss_denominator` of the whole optimizer step
 ) -> Tensor:  # scalar
-    """Reduce a per-token loss to the scalar that is backpropagated (STYLE §5: one place, given its denominator).
+    """The one reduction of a per-token loss to the scalar that is backpropagated (STYLE §5).
 
-    token-mean           Σ_{i,t} ℓ·m / Σ m                       (DAPO, DESIGN §2)
-    seq-mean-token-mean  Σ_i [Σ_t ℓ·m / Σ_t m] / #sequences      (GRPO's original)
-    seq-mean-token-sum   Σ_i [Σ_t ℓ·m] / #sequences
+    token-mean, token-sum-norm   Σ_{i,t} ℓ·m / D                      (DAPO's token-mean when D = Σ m)
+    seq-mean-token-mean          Σ_i [Σ_t ℓ·m / Σ_t m] / D            (GRPO's original, D = #responses)
+    seq-mean-token-sum           Σ_i [Σ_t ℓ·m] / D
 
-    `normalizer` replaces the local count (tokens, or sequences with at least one loss token) by the
-    global one of the optimizer step — the sum of `aggregate_normalizer` over all micro-batches and ranks —
-    so that summing `aggregate` over micro-batches (and ranks) gives the full-batch value and gradient.
-    LUFFY's "sum / max length" is token-mean with normalizer = #sequences·T_max.
+    D is the step's `loss_denominator`, not the micro-batch's own count, so summing `reduce_loss` over the
+    micro-batches (and ranks) of a step gives the full-batch value and gradient whatever the split. The entropy
+    bonus goes through here too (`mode="token-mean"`: its token sum over the same D).
     Masked positions contribute exactly 0 (even if they hold NaN). An empty local batch gives 0.
     """
     _check_mode(mode)
     assert loss_mat.shape == mask.shape, f"loss_mat {tuple(loss_mat.shape)} vs mask {tuple(mask.shape)}"
     mask = mask.bool()
     masked = torch.where(mask, loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
-    if normalizer is None:
-        normalizer = aggregate_normalizer(mask, mode=mode).clamp(min=1)
-    if mode == "token-mean":
-        return masked.sum() / normalizer
+    if mode in ("token-mean", "token-sum-norm"):
+        return masked.sum() / denominator
     per_seq = masked.sum(-1)  # [N]
     if mode == "seq-mean-token-mean":
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
-    return per_seq.sum() / normalizer
+    return per_seq.sum() / denominator
 
 
 def masked_mean(

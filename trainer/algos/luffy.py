@@ -7,8 +7,8 @@ f(π) = sigmoid(log π − log γ) is evaluated in that form (no division, stabl
 log π is γπ/(π + γ)², which keeps low-probability off-policy tokens learning. With one update per batch the
 on-policy r ≡ 1, so the (missing) clip would be inactive anyway; for several updates per batch use
 `clipped_policy_loss` on the on-policy rows instead. Advantages over the whole mixed group with
-`group_advantages(..., scale="none")`; the entropy bonus and "sum / max length" denominator are the caller's
-(`aggregate(..., normalizer=N·T_max)`).
+`group_advantages(..., scale="none")`; the entropy bonus and the "sum / max length" denominator are the
+reduction's (`reduce_loss` with `loss_denominator(..., mode="token-sum-norm", max_len=T_max)`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def luffy_policy_loss(
 
     stats (detached, [N, T]): ratio (r on on-policy tokens; π = π/1 on off-policy tokens), shaped_ratio
     (r on on-policy tokens; f(π) on off-policy tokens), off_policy (bool), clipped_low / clipped_high
-    (all False; present so every POLICY_LOSSES entry has them).
+    (all False; present so every `LOSSES` entry has them).
     """
     assert gamma > 0, f"gamma={gamma} must be > 0"
     off = off_policy.bool()

@@ -67,12 +67,12 @@ def m2po_policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
     """M2PO per-token loss: −Â·r on tokens kept by `m2po_mask`, 0 on dropped tokens and padding; no ε-clip.
 
-    Aggregate with the RESPONSE mask (`aggregate(loss_mat, mask)`), not `keep`: the M2PO denominator counts
-    all tokens, dropped ones included.
+    Reduce with the RESPONSE mask (`reduce_loss(loss_mat, mask, ...)`), not `keep`: the M2PO denominator
+    counts all tokens, dropped ones included.
 
     stats (detached): ratio [N, T]; m2po_kept [N, T]; m2po_dropped [N, T] (masked by M2PO);
     m2po_masked (count of dropped tokens) and m2po_masked_frac (of response tokens);
-    clipped_low / clipped_high all False (no ε-clip; present so every POLICY_LOSSES entry has them).
+    clipped_low / clipped_high all False (no ε-clip; present so every `LOSSES` entry has them).
     """
     mask = mask.bool()
     if keep is None:

@@ -1,0 +1,122 @@
+"""Every algorithm's per-token policy loss, behind one table (DESIGN §2; STYLE §9: a plain dict, no registry).
+
+    loss_mat, stats = LOSSES[algorithm](batch, **hyperparameters)             # loss_mat [N, T]
+    loss = reduce_loss(loss_mat, loss_mask(...), mode=..., denominator=...)    # trainer/algos/losses.py
+
+    name    per-token loss ℓ_{i,t}                                       hyperparameters
+    dapo    −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â),  r = π_θ / π_old      clip_low, clip_high, clip_c
+    seeds   the same with r = π_θ / π_b on seed tokens t < m_i (Eq. 5);   clip_low, clip_high, clip_c,
+            stale_loss="m2po": M2PO's −Â·r·keep on seed tokens instead       stale_loss, tau
+    luffy   −Â·r on on-policy tokens (no clip), −Â·π/(π+γ) off-policy     gamma
+    m2po    −Â·r·keep,  r = π_θ / π_behavior, keep = M2PO's mask (no clip) tau
+
+Every entry is a pure function of a `TokenBatch` (tensors only) and keyword hyperparameters; every `stats`
+holds "ratio", "clipped_low" and "clipped_high" ([N, T], detached).
+
+Which tokens enter the loss is not the loss function's business: `loss_mask` decides it from the rows alone
+(response tokens, less the seed tokens under Thinking Seeds' "state" variant), before any forward, because the
+denominator of the step (`loss_denominator`) must count them over all micro-batches before the first backward.
+The seed-loss variant of paper Eq. 5 is therefore the mask: "state+action" trains seed tokens with
+r = π_θ / π_b, "state" masks them out of the loss and of the token-mean denominator. M2PO's dropped tokens are
+zeros of its loss, not holes in the mask, so its denominator counts all tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from trainer.algos.losses import clipped_policy_loss
+from trainer.algos.luffy import luffy_policy_loss
+from trainer.algos.m2po import m2po_policy_loss
+from trainer.algos.seeds import seed_loss_mask, seed_old_logp, seed_token_mask
+
+STALE_LOSSES = ("clip", "m2po")
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """The tensors of one micro-batch that a policy loss reads (N responses, T response tokens)."""
+
+    logp: Tensor  # [N, T] log π_θ of the sampled tokens (requires grad)
+    old_logp: Tensor  # [N, T] log π_old (no grad)
+    adv: Tensor  # [N] advantages Â_i
+    response_mask: Tensor  # [N, T] bool, response tokens
+    seed_lens: Tensor | None = None  # [N] long, seed lengths m_i (0: no seed); seeds
+    behavior_logp: Tensor | None = None  # [N, T] log π_b (seeds: seed tokens) / π_behavior (m2po); NaN where none
+    off_policy: Tensor | None = None  # [N] bool, LUFFY's external traces
+    keep: Tensor | None = None  # [N, T] bool, M2PO's keep-mask over the whole step (None: over this batch)
+
+    def need(self, *names: str, algorithm: str) -> None:
+        missing = [n for n in names if getattr(self, n) is None]
+        assert not missing, f"the {algorithm} loss needs TokenBatch.{', '.join(missing)}"
+
+
+def loss_mask(
+    response_mask: Tensor,  # [N, T] bool
+    seed_lens: Tensor,  # [N] long, 0 on rows without a seed
+    *,
+    seed_loss: str,
+) -> Tensor:  # [N, T] bool
+    """Tokens that enter the policy loss and its token-mean denominator, for every algorithm: the response
+    tokens, less the seed tokens (t < m_i) when seed_loss is "state". Rows without a seed (m_i = 0, every row
+    outside Thinking Seeds) keep all their response tokens."""
+    return seed_loss_mask(response_mask, seed_lens, variant=seed_loss)
+
+
+def dapo_loss(
+    b: TokenBatch, *, clip_low: float, clip_high: float, clip_c: float | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """On-policy DAPO: the clipped loss with r = π_θ / π_old (DESIGN §2 "DAPO objective")."""
+    return clipped_policy_loss(b.logp, b.old_logp, b.adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+
+
+def seeds_loss(
+    b: TokenBatch,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float | None = None,
+    stale_loss: str = "clip",
+    tau: float = 0.04,
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """Thinking Seeds, paper Eq. 5: the DAPO clipped loss with r = π_θ / π_b on seed tokens (cached behavior
+    log-probs) and r = π_θ / π_old on continuation tokens.
+
+    stale_loss="m2po": seed tokens take M2PO's −Â·π_θ/π_b on the tokens its keep-mask keeps (`b.keep`, computed
+    over the whole step; None: over this batch's seed tokens with `tau`) and 0 on dropped ones; "clip" is the
+    paper's setting. stats are the clipped loss's (ratio = π_θ / π_b on seed tokens).
+    """
+    assert stale_loss in STALE_LOSSES, f"stale_loss must be one of {STALE_LOSSES}, got {stale_loss!r}"
+    b.need("seed_lens", "behavior_logp", algorithm="seeds")
+    behavior = b.behavior_logp.nan_to_num(0.0)  # only seed positions are read
+    denom = seed_old_logp(b.old_logp, behavior, b.seed_lens)
+    loss, stats = clipped_policy_loss(b.logp, denom, b.adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    if stale_loss == "m2po":
+        seed = seed_token_mask(b.response_mask, b.seed_lens)
+        stale, _ = m2po_policy_loss(b.logp, behavior, b.adv, seed, tau=tau, keep=b.keep)
+        loss = torch.where(seed, stale, loss)
+    return loss, stats
+
+
+def luffy_loss(b: TokenBatch, *, gamma: float) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """LUFFY: −Â·r on on-policy tokens, −Â·π/(π+γ) on off-policy traces (`trainer/algos/luffy.py`)."""
+    b.need("off_policy", algorithm="luffy")
+    return luffy_policy_loss(b.logp, b.old_logp, b.adv, b.off_policy, gamma=gamma)
+
+
+def m2po_loss(b: TokenBatch, *, tau: float) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """M2PO on stale rows: −Â·π_θ/π_behavior on kept tokens, 0 on dropped ones, no ε-clip
+    (`trainer/algos/m2po.py`). `b.keep` is the mask over the whole step (None: `m2po_mask` over this batch)."""
+    b.need("behavior_logp", algorithm="m2po")
+    return m2po_policy_loss(b.logp, b.behavior_logp, b.adv, b.response_mask, tau=tau, keep=b.keep)
+
+
+LOSSES = {
+    "dapo": dapo_loss,
+    "seeds": seeds_loss,
+    "luffy": luffy_loss,
+    "m2po": m2po_loss,
+}
