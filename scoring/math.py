@@ -1,13 +1,29 @@
 """Math answer extraction and grading with math-verify (pure: no file IO, no process management).
 
 ``extract_answer`` reads the model's final answer the way a person would: the text after the last ``</think>``
-when there is one, then its last complete ``\\boxed{...}`` / ``\\fbox{...}`` (brace matching, escaped braces
+when there is one, then its last ``\\boxed{...}`` / ``\\fbox{...}`` (brace matching, escaped braces
 skipped), then a "the answer is X" / "Final Answer: X" phrase. There is deliberately no "last number in the
 text" fallback: it credits numbers the model never committed to (intermediate results), and every prompt
 template we use asks for a box.
 
+Truncation: when the last ``\\boxed{`` of the final segment is never closed (the response was cut at max_tokens
+inside its final box), the answer is what follows that ``\\boxed{`` and ``grade_math`` marks it wrong
+(``detail="truncated: ..."``). An earlier, complete box is never credited instead: the model withdrew it by
+starting another. (Qwen2.5-Math's extractor reads the cut-off box the same way.)
+
+Plain-number golds (``27``, ``025``, ``0.10``, ``4.5e33``, ``1e-5``: the whole gold is one decimal number, maybe
+in e-notation) are read as numbers by ``gold_number``, not by the LaTeX parser, which reads ``4.5e33`` as
+4.5·e·33 with e Euler's number. Math-Verify's README says the same: parse plain-number golds as expressions, not
+LaTeX (its ``ExprExtractionConfig`` reads ``4.5e33`` as 4.5, so we read the number ourselves). An answer that is
+itself one e-notation number (``\\boxed{4.5e33}``), or holds one against a plain-number gold (``x = 4.5e33``), is
+read the same way; ``\\boxed{e-5}`` stays e − 5.
+Such a gold is compared with math-verify's float rounding (6 decimals), raised for golds below 0.1 so that six
+digits after the leading one still count (``3.9e-10`` is not ``3.89e-10``): see ``numeric_rounding``.
+
 ``grade_math`` compares the extracted answer with the gold using math-verify (Kydlíček et al., HF Math-Verify),
-gold first — ``verify(parse(gold), parse(pred))`` is not symmetric. On top of it:
+gold first — ``verify(parse(gold), parse(pred))`` is not symmetric. Gold and answer boxes are parsed as a whole
+(LaTeX only, first match: ``_parse_boxed``), never as a number found inside a box the parser cannot read. On top
+of it:
 
 - units: ``unit="km/h"`` strips that unit (and ``\\text{...}`` / ``\\mathrm{...}`` spellings, plurals, ``\\%``,
   ``^\\circ``) from both gold and answer before comparing (OlympiadBench gives the unit separately);
@@ -26,8 +42,9 @@ import re
 
 from scoring.verdict import Verdict
 
-__all__ = ["extract_answer", "extract_boxed", "final_segment", "grade_math", "normalize_gold", "gold_parses",
-           "split_top_level", "strip_unit", "math_equal_mv"]
+__all__ = ["extract_answer", "extract_boxed", "extract_final", "final_segment", "grade_math", "normalize_gold",
+           "gold_number", "gold_parses", "numeric_rounding", "parse_gold", "split_top_level", "strip_unit",
+           "math_equal_mv"]
 
 # math-verify warns once per process that its timeout is disabled; we bound time ourselves (see pool.py).
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -35,6 +52,9 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _ANSWER_PHRASE_RE = re.compile(r"final answer is|the answer is|final answer\s*:|answer\s*:", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"\.\s|\.$|\n|$")
+# one decimal number, optionally in e-notation: 27, +2, 025, 0.10, .5, 4.5e33, 1e-5, 1.70E+4
+_PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_E_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+")
 
 
 def final_segment(response: str) -> str:
@@ -61,39 +81,62 @@ def _match_brace(text: str, open_idx: int) -> int | None:
     return None
 
 
+def _box_at(text: str, m: re.Match) -> tuple[str | None, bool]:
+    """The box starting at match ``m``: (content, closed). ``\\boxed 5`` gives its token; a ``\\boxed{`` never
+    closed gives the rest of the text and closed=False; ``\\boxed`` followed by neither gives (None, True)."""
+    i = m.end()
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        end = _match_brace(text, i)
+        if end is None:
+            return text[i + 1:].strip(), False
+        return text[i + 1:end].strip(), True
+    if i > m.end():  # "\boxed 5": the token up to whitespace or "$"
+        tok = re.match(r"[^\s$]+", text[i:])
+        if tok:
+            return tok.group(0), True
+    return None, True
+
+
 def extract_boxed(text: str) -> list[str]:
     """Contents of every complete ``\\boxed{...}`` / ``\\fbox{...}`` (and ``\\boxed 5``) in order of appearance.
 
-    An unclosed box (a response cut at max_tokens) is skipped.
+    An unclosed box (a response cut at max_tokens) is skipped here; ``extract_final`` reports it.
     """
     out = []
     for m in _BOX_RE.finditer(text):
-        i = m.end()
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            end = _match_brace(text, i)
-            if end is not None:
-                out.append(text[i + 1:end].strip())
-        elif i > m.end():  # "\boxed 5": the token up to whitespace or "$"
-            tok = re.match(r"[^\s$]+", text[i:])
-            if tok:
-                out.append(tok.group(0))
+        content, closed = _box_at(text, m)
+        if content is not None and closed:
+            out.append(content)
     return out
 
 
-def extract_answer(response: str) -> str | None:
-    """The final answer of a response: last box of the final segment, else an "answer is" phrase, else None."""
+def extract_final(response: str) -> tuple[str | None, bool]:
+    """(final answer, truncated). The answer is the last box of the final segment, else an "answer is" phrase,
+    else None. When the last ``\\boxed{`` of the final segment is never closed, truncated is True and the
+    answer is the text after it (maybe ""): earlier boxes do not count."""
     seg = final_segment(response)
-    boxes = extract_boxed(seg)
-    if boxes:
-        return boxes[-1]
+    marks = list(_BOX_RE.finditer(seg))
+    if marks:
+        content, closed = _box_at(seg, marks[-1])
+        if not closed:
+            return content, True
+        boxes = extract_boxed(seg)
+        if boxes:
+            return boxes[-1], False
     phrases = list(_ANSWER_PHRASE_RE.finditer(seg))
     if phrases:   # the last phrase wins: "Final Answer: The final answer is X." reads X
         rest = seg[phrases[-1].end():]
         ans = rest[:_SENTENCE_END_RE.search(rest).start()].strip().strip("$").strip()
-        return ans or None
-    return None
+        return (ans or None), False
+    return None, False
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response (``extract_final`` without the truncation flag): last box of the final
+    segment — the cut-off content when that box is unclosed — else an "answer is" phrase, else None."""
+    return extract_final(response)[0]
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -154,10 +197,18 @@ def strip_unit(text: str, unit: str | None) -> str:
     return out.strip() or text
 
 
+# a capital E with a subscript, not part of a name and not already in \mathrm{E}, \mathcal{E}, \text{E} ...
+_SUBSCRIPTED_E_RE = re.compile(r"(?<![A-Za-z\\])(?<!\\mathrm\{)(?<!\\mathcal\{)(?<!\\mathit\{)(?<!\\mathbf\{)"
+                               r"(?<!\\text\{)(?<!\\operatorname\{)E(?=\s*_)")
+
+
 def _symbols(latex: str) -> str:
     """Symbols math-verify's LaTeX parser rejects, respelled on both sides: astronomy's solar subscript
-    (``L_{\\odot}``, Minerva) becomes ``L_{sun}``."""
-    return re.sub(r"\\odot(?![A-Za-z])", "sun", latex)
+    (``L_{\\odot}``, Minerva) becomes ``L_{sun}``; a subscripted capital E (``E_{1}``, ``E_{0}^{2}``: energies,
+    fields), which the parser cannot read at all, becomes ``\\mathcal{E}_{1}`` (``\\mathrm{E}`` breaks inside a
+    ``\\frac``)."""
+    latex = re.sub(r"\\odot(?![A-Za-z])", "sun", latex)
+    return _SUBSCRIPTED_E_RE.sub(r"\\mathcal{E}", latex)
 
 
 def _canon(latex: str) -> str:
@@ -169,8 +220,15 @@ def _canon(latex: str) -> str:
 
 
 def _parse_boxed(latex: str, timeout):
-    from math_verify import parse
-    return parse(f"\\boxed{{{_symbols(latex)}}}", parsing_timeout=timeout)
+    """math-verify's parse of ``latex`` put in a box, read as a whole or not at all: ``LatexExtractionConfig``
+    only, ``extraction_mode="first_match"``. math-verify's default (LaTeX and plain expressions, any match) goes on,
+    when the box does not parse, to any other match in the text — a number anywhere in it included — so a box it
+    cannot read is read as a fragment of itself: Minerva 261's gold became 2, Minerva 268's 2/3, OlympiadBench
+    1965's 0, and ``\\boxed{2}`` was accepted for them. Math-Verify's README: a gold known to be LaTeX is parsed
+    with ``LatexExtractionConfig`` alone; our answers are box contents already, so the same holds for them."""
+    from math_verify import LatexExtractionConfig, parse
+    return parse(f"\\boxed{{{_symbols(latex)}}}", extraction_config=[LatexExtractionConfig()],
+                 extraction_mode="first_match", parsing_timeout=timeout)
 
 
 def _is_sympy(parsed) -> bool:
@@ -178,19 +236,78 @@ def _is_sympy(parsed) -> bool:
     return bool(parsed) and isinstance(parsed[0], (Basic, MatrixBase))
 
 
+def gold_number(gold):
+    """A plain-number gold as a sympy number, else None. ``"25"``/``"025"``/``"+2"`` give Integer(25)/…/(2);
+    ``"0.10"``, ``"4.5e33"``, ``"1e-5"`` give Float (15 significant digits; the e-notation read as the number it
+    denotes, 4.5·10^33, not 4.5·e·33)."""
+    s = normalize_gold(gold).replace(" ", "")
+    if not _PLAIN_NUMBER_RE.fullmatch(s):
+        return None
+    import sympy
+    body = s.lstrip("+")
+    if re.fullmatch(r"-?\d+", body):
+        return sympy.Integer(int(body))
+    return sympy.Float(body, 15)
+
+
+def _e_number(answer: str):
+    """An answer that is one e-notation number (``4.5e33``, ``1E-5``) as a sympy Float, else None."""
+    s = answer.replace(" ", "")
+    return gold_number(s) if _E_NUMBER_RE.fullmatch(s) else None
+
+
+# an e-notation number standing alone inside a longer answer ("x = 4.5e33", "4.5e33 erg"): not part of a name,
+# a sub/superscript or a command, and not followed by a letter, "^" or "{"
+_E_TOKEN_RE = re.compile(r"(?<![A-Za-z\\_^{.\d])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w^{.])")
+
+
+def _respell_e_notation(answer: str) -> str:
+    """``x = 4.5e33`` -> ``x = 4.5\\times10^{33}``: used only against a plain-number gold, where a reader takes
+    e-notation as a power of ten."""
+    return _E_TOKEN_RE.sub(lambda m: f"{m.group(1)}\\times10^{{{int(m.group(2))}}}", answer)
+
+
+def numeric_rounding(value) -> int:
+    """math-verify's ``float_rounding`` for a numeric gold: its default 6 decimals, raised for |gold| < 0.1 to
+    ``5 - floor(log10|gold|)`` so that six digits after the leading one count (3.89e-10: 15 decimals)."""
+    import math
+    v = abs(float(value))
+    if v == 0 or v >= 0.1:
+        return 6
+    return max(6, 5 - math.floor(math.log10(v)))
+
+
+def parse_gold(gold, *, timeout: int | None = None) -> list:
+    """The gold as math-verify's ``parse`` would return it (``[sympy object, string]``, or ``[]``/strings when
+    unparsed), except that a plain-number gold is ``[gold_number(gold), gold]``."""
+    g = normalize_gold(gold)
+    num = gold_number(g)
+    if num is not None:
+        return [num, g]
+    return _parse_boxed(g, timeout)
+
+
 def gold_parses(gold) -> bool:
-    """Whether math-verify turns the (normalised) gold into a sympy object rather than a bare string."""
-    return _is_sympy(_parse_boxed(normalize_gold(gold), None))
+    """Whether the (normalised) gold becomes a sympy object (a number or math-verify's parse) rather than a bare
+    string."""
+    return _is_sympy(parse_gold(gold))
 
 
 def math_equal_mv(gold: str, answer: str, *, timeout: int | None = None) -> bool:
-    """math-verify equivalence of two LaTeX answers, gold first. A gold math-verify cannot parse is compared
+    """math-verify equivalence of two LaTeX answers, gold first. A plain-number gold is read by
+    ``gold_number`` and compared at ``numeric_rounding`` decimals; a gold math-verify cannot parse is compared
     as a canonical string (``_canon``). ``timeout``: math-verify's own SIGALRM bound (main thread only); None
     disables it."""
     from math_verify import verify
-    g = _parse_boxed(gold, timeout)
-    p = _parse_boxed(answer, timeout)
-    if bool(g) and bool(p) and verify(g, p, timeout_seconds=timeout):
+    num = gold_number(gold)
+    g = [num, gold] if num is not None else _parse_boxed(gold, timeout)
+    e = _e_number(answer)
+    if e is not None:
+        p = [e, answer]
+    else:
+        p = _parse_boxed(_respell_e_notation(answer) if num is not None else answer, timeout)
+    rounding = numeric_rounding(num) if num is not None else 6
+    if bool(g) and bool(p) and verify(g, p, float_rounding=rounding, timeout_seconds=timeout):
         return True
     return not _is_sympy(g) and _canon(gold) == _canon(answer) != ""
 
@@ -210,8 +327,11 @@ def _parts_match(gold_parts: list[str], ans_parts: list[str], timeout) -> bool:
 
 def grade_math(response: str, gold, *, multiple_answer: bool = False, unit: str | None = None,
                timeout: int | None = None) -> Verdict:
-    """Grade one response against a gold answer (see the module docstring). Verdict: pass | wrong_answer | no_answer."""
-    answer = extract_answer(response)
+    """Grade one response against a gold answer (see the module docstring). Verdict: pass | wrong_answer |
+    no_answer; a response whose final box was cut off is wrong_answer with ``detail`` starting "truncated"."""
+    answer, truncated = extract_final(response)
+    if truncated:
+        return Verdict(False, "wrong_answer", answer, "truncated: the last \\boxed{ is never closed")
     if answer is None:
         return Verdict(False, "no_answer", None)
     g = strip_unit(normalize_gold(gold), unit)
@@ -222,7 +342,7 @@ def grade_math(response: str, gold, *, multiple_answer: bool = False, unit: str 
         if len(gold_parts) > 1:
             boxes = extract_boxed(final_segment(response))
             candidates = [split_top_level(a)]
-            if len(boxes) >= len(gold_parts):   # "\boxed{69} and \boxed{84}"
+            if len(boxes) >= len(gold_parts):   # "\\boxed{69} and \\boxed{84}"
                 candidates.append([strip_unit(b, unit) for b in boxes[-len(gold_parts):]])
             ok = any(_parts_match(gold_parts, c, timeout) for c in candidates)
     return Verdict(ok, "pass" if ok else "wrong_answer", answer)

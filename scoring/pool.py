@@ -191,9 +191,13 @@ def math_item(response: str, gold, multiple_answer: bool = False, unit: str | No
     return grade_math(response, gold, multiple_answer=multiple_answer, unit=unit, timeout=None)
 
 
-def qwen_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> bool:
+def qwen_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None,
+              benchmark: str | None = None) -> bool:
+    """The Qwen-style cross-check of one response (``scoring.qwen.grade_qwen``). ``multiple_answer`` is accepted
+    for symmetry with ``math_item`` and ignored (Qwen compares lists in order); ``benchmark="minerva"`` keeps unit
+    words, as Qwen's harness does for Minerva."""
     from scoring.qwen import grade_qwen
-    return grade_qwen(response, gold, unit=unit)
+    return grade_qwen(response, gold, unit=unit, skip_unit=benchmark == "minerva")
 
 
 def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, workers: int | None = None,
