@@ -19,6 +19,17 @@ command line over it (argument parsing, printing).
 Generation defaults are the benchmark's (math: n=32, temperature 0.6, top-p 0.95, 4096 new tokens, template
 qwen-math; tasks: n=8, temperature 1.0, 64 tokens, template raw); each flag overrides them for all benchmarks.
 Generation is seeded per chunk of problems from ``--seed`` and the chunk's problem ids.
+
+Every result line's settings record the data (``settings["data"]``: the benchmark's ``describe`` — files, release,
+dates, dataset version or hash — the problem count and a sha256 fingerprint of the problems); a resumed file must
+have the same. ``--lcb-release``, ``--lcb-start-date``, ``--lcb-end-date`` select LiveCodeBench's problems.
+
+Samples that could not be graded (``grader_error``: the grader crashed, its sandbox could not run; ``timeout``:
+math-verify's hard limit) are never scored: they are kept in the files with that verdict, counted in the report
+and the leaderboard, excluded from every score, and graded again by the next run over the same file. When any
+remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless ``--allow-ungraded``.
+Bad input (a malformed file, an unknown id, a missing model) ends the command with a message naming the file and
+line, exit status 1, before anything is written.
 """
 
 from __future__ import annotations
@@ -34,22 +45,39 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from eval.benchmarks import BENCHMARKS, get_benchmark
-from eval.benchmarks.base import Benchmark, Problem, Verdict
+from eval.benchmarks.base import GRADER_ERROR, UNGRADED_VERDICTS, Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
+from eval.leaderboard import graded_rows
 from eval.samples import append_row, check_settings, read_samples, repair
 from scoring.templates import TEMPLATES, render_prompt
 
-__all__ = ["EvalUsageError", "run_eval", "format_report", "main", "model_name", "grade_responses",
-           "evaluate_samples", "evaluate_model"]
+__all__ = ["EvalUsageError", "EvalInputError", "EXIT_INPUT_ERROR", "EXIT_UNGRADED", "run_eval", "format_report",
+           "main", "model_name", "grade_responses", "evaluate_samples", "evaluate_model", "data_settings",
+           "check_model"]
 
 GRADE_TIMEOUT_S = 10.0   # hard per-item limit for math grading (math-verify takes ~2 ms on normal answers)
 
 Log = Callable[[str], None]
 
 
+EXIT_INPUT_ERROR = 1   # usage or input error: a message, no traceback, nothing written
+EXIT_UNGRADED = 3      # everything ran, but some samples could not be graded (see --allow-ungraded)
+
+
 class EvalUsageError(ValueError):
     """``run_eval`` was asked something that cannot run (nothing to do, an unknown benchmark, a flag combination
     that does not apply); raised before any model is loaded. The command line exits with the message."""
+
+
+class EvalInputError(ValueError):
+    """An input is wrong: a malformed problems or samples file (the message names FILE:LINE), duplicate problem ids,
+    a missing model, results written with other settings or other data. Raised before anything is written for
+    that input; the command line exits with the message."""
+
+
+class _CommandError(SystemExit, ValueError):
+    """What ``main`` raises for a usage or input error: exits with the message and status 1 (no traceback); still a
+    ValueError for callers of ``main`` that catch those."""
 
 
 def _print(msg: str) -> None:
@@ -89,14 +117,14 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
     process.
     """
     if bench.kind == "task":
-        return [[bench.grade(r, p) for r in rs] for p, rs in zip(problems, responses)], None, 0
+        return [[_graded(bench, r, p) for r in rs] for p, rs in zip(problems, responses)], None, 0
     if bench.kind == "code":
         from concurrent.futures import ThreadPoolExecutor
 
         from scoring.pool import default_workers
         jobs = [(p, r) for p, rs in zip(problems, responses) for r in rs]
         with ThreadPoolExecutor(max_workers=default_workers()) as ex:
-            flat = list(ex.map(lambda job: bench.grade(job[1], job[0]), jobs))
+            flat = list(ex.map(lambda job: _graded(bench, job[1], job[0]), jobs))
         out, i = [], 0
         for rs in responses:
             out.append(flat[i:i + len(rs)])
@@ -109,7 +137,7 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
         multi, unit = bool(p.meta.get("multiple_answer", False)), p.meta.get("unit")
         for si, r in enumerate(rs):
             items.append((apply, bench.grade, r, p))   # math-verify (mathbench.grade_problem), the score
-            items.append((apply, qwen_item, r, p.gold, multi, unit))   # the cross-check
+            items.append((apply, qwen_item, r, p.gold, multi, unit, bench.name))   # the cross-check
             where.append((pi, si))
     own = pool is None
     pool = pool or WorkerPool(apply, timeout=GRADE_TIMEOUT_S)
@@ -125,12 +153,21 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
         mv, qw = results[2 * j], results[2 * j + 1]
         if mv.status == "ok":
             verdicts[pi][si] = mv.value
-        else:
+        else:   # the grader's own time limit, or its worker crashed / raised: not graded, never a wrong answer
             timeouts += mv.status == "timeout"
-            verdicts[pi][si] = Verdict(False, "timeout" if mv.status == "timeout" else "wrong_answer",
-                                       extract_answer(responses[pi][si]), mv.detail)
+            verdicts[pi][si] = Verdict(False, "timeout" if mv.status == "timeout" else GRADER_ERROR,
+                                       extract_answer(responses[pi][si]), mv.detail[-2000:])
         qwen[pi][si] = bool(qw.value) if qw.status == "ok" else False
     return verdicts, qwen, timeouts
+
+
+def _graded(bench: Benchmark, response: str, problem: Problem) -> Verdict:
+    """``bench.grade``, with a failure of the grader itself (its sandbox could not start or overran its budget, the
+    expected outputs could not be computed, any exception) recorded as ``grader_error``, never as a score."""
+    try:
+        return bench.grade(response, problem)
+    except Exception as e:
+        return Verdict(False, GRADER_ERROR, None, f"{type(e).__name__}: {e}"[:2000])
 
 
 def _row(problem: Problem, prompt: str, responses, verdicts, qwen, finish, settings) -> dict:
@@ -160,17 +197,23 @@ def write_disagreements(path: Path) -> tuple[float, int] | None:
 
 
 def _report(name: str, bench: Benchmark, path: Path, timeouts: int) -> dict | None:
-    """The scores of one sample file (None when it holds no rows); for math it also rewrites the disagreements."""
+    """The scores of one sample file (None when it holds no rows); for math it also rewrites the disagreements.
+    Ungraded samples are counted (``ungraded``, ``ungraded_problems``: problems with no graded sample) and left out
+    of every score."""
     from eval.metrics import counts, summarize
-    rows = read_samples(path)
-    if not rows:
+    all_rows = read_samples(path)
+    if not all_rows:
         return None
-    _, n, c = counts(rows)
-    s = summarize(n, c, ks=[1])
+    rows, ungraded, empty = graded_rows(all_rows)
     report = {"model": name, "benchmark": bench.name, "kind": bench.kind, "path": path,
-              "problems": s["problems"], "n_min": s["n_min"], "n_max": s["n_max"], "avg": s["avg"],
-              "avg_ci": tuple(s["avg_ci"]), "grading_timeouts": None, "disagreement_rate": None,
-              "disagreements": None}
+              "problems": 0, "n_min": 0, "n_max": 0, "avg": float("nan"), "avg_ci": (float("nan"), float("nan")),
+              "grading_timeouts": None, "disagreement_rate": None, "disagreements": None,
+              "ungraded": ungraded, "ungraded_problems": empty}
+    if rows:
+        _, n, c = counts(rows)
+        s = summarize(n, c, ks=[1])
+        report.update(problems=s["problems"], n_min=s["n_min"], n_max=s["n_max"], avg=s["avg"],
+                      avg_ci=tuple(s["avg_ci"]))
     if bench.kind == "math":
         report["grading_timeouts"] = timeouts
         dis = write_disagreements(path)
@@ -191,6 +234,10 @@ def format_report(report: dict) -> str:
     if r["disagreement_rate"] is not None:
         msg += (f"; math-verify vs Qwen-style disagreement {r['disagreement_rate']:.2%} "
                 f"({r['disagreements']} samples)")
+    if r.get("ungraded"):
+        msg += (f"; NOT GRADED: {r['ungraded']} samples (grader errors / grader timeouts; excluded from the score"
+                + (f", {r['ungraded_problems']} problems left with none" if r.get("ungraded_problems") else "")
+                + "; a rerun grades them again)")
     return msg
 
 
@@ -198,11 +245,56 @@ def format_report(report: dict) -> str:
 # the two sources of responses: a samples file, or a model
 
 def _prepare(path: Path, problems: list[Problem], settings: dict) -> list[Problem]:
-    """Repair the file, check its settings, return the problems still to do."""
+    """Repair the file, check its settings and its data, return the problems still to do (nothing is created)."""
     done_rows = repair(path)
     check_settings(path, done_rows, settings)
+    new = settings.get("data") or {}
+    for row in done_rows:
+        old = (row.get("settings") or {}).get("data")
+        if isinstance(old, dict) and old.get("sha256") and new.get("sha256") and old["sha256"] != new["sha256"]:
+            raise EvalInputError(
+                f"{path} (problem {row.get('problem_id')!r}) was written from other data ({_data_line(old)}; this "
+                f"run: {_data_line(new)}). Use a new --out directory, or delete the file to start over")
     done = {r["problem_id"] for r in done_rows}
     return [p for p in problems if p.id not in done]
+
+
+def _data_line(d: dict) -> str:
+    keep = {k: d[k] for k in ("selection", "release", "path", "problems") if d.get(k) is not None}
+    return ", ".join(f"{k} {v}" for k, v in keep.items()) + f", sha256 {str(d.get('sha256'))[:12]}"
+
+
+def _regrade(path: Path, bench: Benchmark, problems: list[Problem], pool, log: Log) -> int:
+    """Grade again the samples an earlier run could not grade (``UNGRADED_VERDICTS``), from the responses stored
+    in the file, and rewrite it (atomically). Returns how many samples were graded again."""
+    if not path.is_file():
+        return 0
+    rows = read_samples(path)
+    by_id = {p.id: p for p in problems}
+    where = [(ri, [si for si, v in enumerate(r.get("verdicts") or []) if v in UNGRADED_VERDICTS])
+             for ri, r in enumerate(rows) if str(r["problem_id"]) in by_id]
+    where = [(ri, sis) for ri, sis in where if sis]
+    if not where:
+        return 0
+    probs = [by_id[str(rows[ri]["problem_id"])] for ri, _ in where]
+    responses = [[rows[ri]["responses"][si] for si in sis] for ri, sis in where]
+    verdicts, qwen, _ = grade_responses(bench, probs, responses, pool=pool)
+    for k, (ri, sis) in enumerate(where):
+        row = rows[ri]
+        for j, si in enumerate(sis):
+            v = verdicts[k][j]
+            row["verdicts"][si], row["correct"][si], row["answers"][si] = v.verdict, bool(v.correct), v.answer
+            if qwen is not None and "correct_qwen" in row:
+                row["correct_qwen"][si] = bool(qwen[k][j])
+    tmp = path.with_suffix(".regrade.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            append_row(f, row)
+    os.replace(tmp, path)
+    n = sum(len(sis) for _, sis in where)
+    left = sum(v.verdict in UNGRADED_VERDICTS for vs in verdicts for v in vs)
+    log(f"{bench.name}: graded again {n} samples an earlier run could not grade ({left} still not graded)")
+    return n
 
 
 def read_samples_input(path: str | os.PathLike, problems: list[Problem]) -> dict[str, tuple[list[str], list | None]]:
@@ -229,7 +321,7 @@ def read_samples_input(path: str | os.PathLike, problems: list[Problem]) -> dict
 
 def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], samples_file: str, out_dir: Path, *,
                      template: str, limit: int | None = None, pool=None, chunk_problems: int = 16,
-                     progress: bool = False, log: Log = _print) -> dict | None:
+                     progress: bool = False, log: Log = _print, data: dict | None = None) -> dict | None:
     """Grade responses produced elsewhere; append to ``out_dir/name/<benchmark>.jsonl``. ``problems``: all of the
     benchmark's (ids in the file are checked against them); ``limit``: grade only the first ``limit`` of them.
     Returns the file's report (``format_report``; ``path`` is the sample file), None when it holds no rows."""
@@ -237,10 +329,11 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
     problems = [p for p in problems[:limit] if p.id in given]
     settings = {"model": name, "model_path": None, "benchmark": bench.name, "benchmark_version": bench.version,
                 "n": None, "temperature": None, "top_p": None, "max_tokens": None, "template": template,
-                "seed": None, "samples_file": Path(samples_file).name}
+                "seed": None, "samples_file": Path(samples_file).name, "data": data}
     path = out_dir / name / f"{bench.name}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
     todo = _prepare(path, problems, settings)
+    _regrade(path, bench, problems, pool, log)
+    path.parent.mkdir(parents=True, exist_ok=True)
     timeouts = 0
     from tqdm.auto import tqdm
     bar = tqdm(total=len(todo), desc=f"grade {name} {bench.name}", disable=not progress)
@@ -303,6 +396,8 @@ def _generate_and_grade(sampler, tokenizer, name: str, benches, out_dir: Path, *
     for bench, problems, settings in benches:
         path = out_dir / name / f"{bench.name}.jsonl"
         todo = _prepare(path, problems, settings)
+        _regrade(path, bench, problems, pool, log)
+        path.parent.mkdir(parents=True, exist_ok=True)
         n, template = settings["n"], settings["template"]
         per_chunk = max(1, chunk_sequences // n)
         timeouts = 0
@@ -357,6 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problems", default=None, help="problems file (JSONL) instead of the default source "
                                                    "(one benchmark)")
     p.add_argument("--limit", type=int, default=None, help="only the first K problems of each benchmark")
+    p.add_argument("--lcb-release", default=None,
+                   help="LiveCodeBench release tag (default v6: the problems added in release_v6; release_vN, vN, "
+                        "vA_vB, release_latest, or 'all' for every file given)")
+    p.add_argument("--lcb-start-date", default=None, help="LiveCodeBench: first contest date, YYYY-MM-DD (inclusive)")
+    p.add_argument("--lcb-end-date", default=None, help="LiveCodeBench: last contest date, YYYY-MM-DD (inclusive)")
+    p.add_argument("--allow-ungraded", action="store_true",
+                   help="write the leaderboard and exit 0 even when some samples could not be graded (grader "
+                        "errors or grader timeouts; they are still excluded from the scores and counted)")
     p.add_argument("--seed", type=int, default=0, help="generation seed")
     p.add_argument("--engine", default="auto", choices=["auto", "hf", "vllm"])
     p.add_argument("--device", default=None, help="torch device for the hf engine (default: cuda if available)")
@@ -377,17 +480,85 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings_for(bench: Benchmark, spec: str, name: str, *, n, temperature, top_p, max_tokens, template,
-                  seed) -> dict:
+                  seed, data: dict | None = None) -> dict:
     gen = dict(bench.generation)
     for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens)):
         if val is not None:
             gen[key] = val
     if gen["n"] < 1 or gen["max_tokens"] < 1:
-        raise ValueError(f"--n and --max-tokens must be >= 1 (got n={gen['n']}, max_tokens={gen['max_tokens']})")
+        raise EvalUsageError(f"--n and --max-tokens must be >= 1 (got n={gen['n']}, max_tokens={gen['max_tokens']})")
     model_path = str(Path(spec).resolve()) if Path(spec).exists() else spec
     return {"model": name, "model_path": model_path, "benchmark": bench.name, "benchmark_version": bench.version,
             "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
-            "template": template or bench.default_template, "seed": seed, "samples_file": None}
+            "template": template or bench.default_template, "seed": seed, "samples_file": None, "data": data}
+
+
+def check_model(spec: str) -> None:
+    """EvalInputError unless ``spec`` is a saved model folder (with ``config.json``) or a hub id that can be loaded
+    (with ``HF_HUB_OFFLINE=1``: one in the local cache). Called before anything is written."""
+    p = Path(spec).expanduser()
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise EvalInputError(f"--model {spec}: {p} holds no config.json; give a saved model folder (e.g. "
+                                 f"runs/<name>/checkpoints/step_N) or a hub id")
+        return
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
+        raise EvalInputError(f"--model {spec}: no such model folder")
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            cached = try_to_load_from_cache(spec, "config.json")
+        except Exception:
+            cached = None
+        if not isinstance(cached, str):
+            raise EvalInputError(f"--model {spec}: no such model folder, and HF_HUB_OFFLINE=1 but the hub id is not "
+                                 f"in the local cache; give a local folder or download it first")
+
+
+def _fingerprint(problems: Sequence[Problem]) -> str:
+    """sha256 of the problems as loaded (ids, question texts, gold): the data's version, whatever its source."""
+    import hashlib
+
+    def stable(x):
+        if isinstance(x, (set, frozenset)):
+            return sorted(repr(v) for v in x)
+        return repr(x)
+
+    h = hashlib.sha256()
+    for p in problems:
+        h.update(json.dumps([p.id, p.question, p.gold], sort_keys=True, default=stable).encode("utf-8", "replace"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def data_settings(bench: Benchmark, problems: Sequence[Problem], path, filters: dict) -> dict:
+    """What every result line records of the data: the benchmark's own description (``Benchmark.describe``:
+    files, release, dataset version...) or the path given, the problem count and a fingerprint (``sha256``)."""
+    if bench.describe is not None:
+        src = bench.describe(list(problems), path, **filters)
+    else:
+        src = {"path": str(Path(path).resolve()) if path is not None else None}
+        if path is None:
+            src["default"] = f"the benchmark's default source (THINKING_SEEDS_DATA={os.environ.get('THINKING_SEEDS_DATA')})"
+    return {**src, "problems": len(problems), "sha256": _fingerprint(problems)}
+
+
+def _load(bench: Benchmark, problems, filters: dict) -> list[Problem]:
+    """The benchmark's problems; loader errors (a malformed line names FILE:LINE) become EvalInputError, and
+    duplicate problem ids are refused."""
+    try:
+        probs = bench.load(problems, **filters) if problems else bench.load(**filters)
+    except (ValueError, OSError, RuntimeError) as e:
+        raise EvalInputError(f"{bench.name}: {e}") from None
+    seen, dup = set(), []
+    for p in probs:
+        if p.id in seen:
+            dup.append(p.id)
+        seen.add(p.id)
+    if dup:
+        raise EvalInputError(f"{bench.name}: duplicate problem ids {sorted(set(dup))[:5]} in "
+                             f"{problems or 'the default data'}; every problem needs its own id")
+    return probs
 
 
 def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Sequence[str] | None = None,
@@ -396,9 +567,11 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
              samples: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
              limit: int | None = None, seed: int = 0, engine: str = "auto", device: str | None = None,
              dtype: str | None = None, gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
-             chunk_sequences: int = 512, grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None, lm_eval_tasks: Sequence[str] = (),
-             lm_eval_include_path: str | None = None, lm_eval_limit: int | None = None,
-             baseline: str | None = None, progress: bool = True, log: Log = _print) -> dict:
+             chunk_sequences: int = 512, grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None,
+             lm_eval_tasks: Sequence[str] = (), lm_eval_include_path: str | None = None,
+             lm_eval_limit: int | None = None, baseline: str | None = None, lcb_release: str | None = None,
+             lcb_start_date: str | None = None, lcb_end_date: str | None = None, allow_ungraded: bool = False,
+             progress: bool = True, log: Log = _print) -> dict:
     """Score every model on every benchmark (the module docstring); resumes from the sample files under ``out``.
 
     models: model directories or hub ids (with ``samples``: one name); names: their results folders (default
@@ -406,14 +579,19 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
     ``max_tokens``, ``template``: override every benchmark's default; ``samples``: grade this file of
     completions instead of generating (one model, one benchmark); ``problems``: a problems file instead of the
     benchmark's (one benchmark); ``baseline``: the model the leaderboard's paired comparisons are against
-    (default the first). ``log`` receives one ``format_report`` line per (model, benchmark) as it finishes.
+    (default the first); ``lcb_release`` (``"all"``: every file), ``lcb_start_date``, ``lcb_end_date``:
+    LiveCodeBench's selection. ``log`` receives one ``format_report`` line per (model, benchmark) as it finishes
+    (and LiveCodeBench's selection when it is loaded).
 
-    Returns ``{"reports": [...], "leaderboard": ..., "leaderboard_md": ...}``: one report per (model, sample-file
-    benchmark) in the order scored, each ``{"model", "benchmark", "kind", "path", "problems", "n_min", "n_max",
-    "avg", "avg_ci": (low, high), "grading_timeouts", "disagreement_rate", "disagreements"}`` (the last three
-    None outside math; scores over every problem in the file, earlier runs' included), then the leaderboard of
-    everything under ``out`` (``eval.leaderboard.build_leaderboard``) and its markdown, both also written there.
-    Raises ``EvalUsageError`` for requests that cannot run, before any model is loaded.
+    Returns ``{"reports": [...], "leaderboard": ..., "leaderboard_md": ..., "ungraded": k}``: one report per
+    (model, sample-file benchmark) in the order scored, each ``{"model", "benchmark", "kind", "path", "problems",
+    "n_min", "n_max", "avg", "avg_ci": (low, high), "grading_timeouts", "disagreement_rate", "disagreements",
+    "ungraded", "ungraded_problems"}`` (``grading_timeouts`` and the disagreement fields None outside math;
+    scores over every graded sample in the file, earlier runs' included), then the leaderboard of everything under
+    ``out`` (``eval.leaderboard.build_leaderboard``) and its markdown, both also written there, and the number of
+    samples of those files that could not be graded. When that is not 0 the leaderboard is NOT written (both are
+    None) unless ``allow_ungraded``. Raises ``EvalUsageError`` / ``EvalInputError`` for requests that cannot run
+    or bad inputs, before any model is loaded and before anything is written.
     """
     models, benchmarks, lm_tasks = list(models), list(benchmarks), list(lm_eval_tasks)
     if not benchmarks and not lm_tasks:
@@ -424,20 +602,49 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
         raise EvalUsageError("--samples and --problems apply to exactly one benchmark; pass a single --benchmarks NAME")
     if samples and (len(models) != 1 or lm_tasks):
         raise EvalUsageError("--samples grades one file: give exactly one --model NAME and no --lm-eval-tasks")
+    if limit is not None and limit < 1:
+        raise EvalUsageError(f"--limit must be >= 1, got {limit}")
+    if lm_tasks and n is not None:
+        raise EvalUsageError("--n cannot be passed to lm-eval tasks (each task sets its own repeats); run the "
+                             "lm-eval tasks in a separate call without --n")
     try:
         benches = [get_benchmark(b) for b in benchmarks]
     except ValueError as e:
         raise EvalUsageError(str(e)) from None
+    lcb_filters = {k: v for k, v in (("release", lcb_release), ("start_date", lcb_start_date),
+                                     ("end_date", lcb_end_date)) if v is not None}
+    if lcb_filters and "livecodebench" not in benchmarks:
+        raise EvalUsageError("--lcb-release / --lcb-start-date / --lcb-end-date select LiveCodeBench problems; add "
+                             "livecodebench to --benchmarks")
+    if lcb_filters.get("release") == "all":
+        lcb_filters["release"] = None
+    if lcb_filters.get("release"):
+        from eval.benchmarks.livecodebench import RELEASES
+        if lcb_filters["release"] not in RELEASES:
+            raise EvalUsageError(f"--lcb-release {lcb_filters['release']!r} is not a release; choose from "
+                                 f"{sorted(RELEASES)} or 'all'")
     out = Path(out)
+    if samples and not Path(samples).is_file():
+        raise EvalInputError(f"--samples {samples}: no such file")
+    if not samples:
+        for spec in models:   # before anything is loaded or written
+            check_model(spec)
     pairs = [(spec, (names[i] if names else model_name(spec))) for i, spec in enumerate(models)]
 
     # load problems and check existing files before any model is loaded
-    loaded: list[tuple[Benchmark, list[Problem]]] = []
+    loaded: list[tuple[Benchmark, list[Problem], dict]] = []
     for bench in benches:
-        probs = bench.load(problems) if problems else bench.load()
+        filters = {k: v for k, v in lcb_filters.items() if k in bench.filters}
+        probs = _load(bench, problems, filters)
+        try:
+            data = data_settings(bench, probs, problems, filters)
+        except (ValueError, OSError) as e:
+            raise EvalInputError(f"{bench.name}: {e}") from None
+        if bench.name == "livecodebench":
+            log(data.get("selection", ""))
         if limit is not None and not samples:   # with samples, ids are checked against all problems
             probs = probs[:limit]
-        loaded.append((bench, probs))
+        loaded.append((bench, probs, data))
 
     from scoring.pool import WorkerPool, apply
     pool = WorkerPool(apply, timeout=grade_timeout, workers=workers) if any(
@@ -445,20 +652,34 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
     reports: list[dict] = []
     try:
         if samples:
-            (bench, probs), (spec, name) = loaded[0], pairs[0]
-            report = evaluate_samples(name, bench, probs, samples, out, template=template or bench.default_template,
-                                      limit=limit, pool=pool, progress=progress, log=log)
+            (bench, probs, data), (spec, name) = loaded[0], pairs[0]
+            try:
+                read_samples_input(samples, probs)   # file:line errors before anything is written
+            except ValueError as e:
+                raise EvalInputError(str(e)) from None
+            try:
+                report = evaluate_samples(name, bench, probs, samples, out,
+                                          template=template or bench.default_template, limit=limit, pool=pool,
+                                          progress=progress, log=log, data=data)
+            except EvalInputError:
+                raise
+            except ValueError as e:   # a corrupt results file, results written with other settings
+                raise EvalInputError(str(e)) from None
             reports += [report] if report is not None else []
         else:
             plans = []
             for spec, name in pairs:
                 plan = []
-                for bench, probs in loaded:
+                for bench, probs, data in loaded:
                     settings = _settings_for(bench, spec, name, n=n, temperature=temperature, top_p=top_p,
-                                             max_tokens=max_tokens, template=template, seed=seed)
+                                             max_tokens=max_tokens, template=template, seed=seed, data=data)
                     path = out / name / f"{bench.name}.jsonl"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    _prepare(path, probs, settings)   # raises on a settings mismatch, before any model loads
+                    try:
+                        _prepare(path, probs, settings)   # raises on a settings mismatch, before any model loads
+                    except EvalInputError:
+                        raise
+                    except ValueError as e:
+                        raise EvalInputError(str(e)) from None
                     plan.append((bench, probs, settings))
                 plans.append((spec, name, plan))
             for spec, name, plan in plans:
@@ -471,17 +692,26 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
                 if lm_tasks:
                     from eval.lm_eval_bridge import run_lm_eval
                     run_lm_eval(spec, lm_tasks, out / name, include_path=lm_eval_include_path,
-                                limit=lm_eval_limit, device=device, engine=engine, seed=seed)
+                                limit=lm_eval_limit, device=device, engine=engine, seed=seed,
+                                temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     finally:
         if pool is not None:
             pool.close()
 
+    ungraded = sum(r.get("ungraded") or 0 for r in reports)
+    if ungraded and not allow_ungraded:
+        return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
     from eval.leaderboard import build_leaderboard, write_leaderboard
+    if not out.is_dir():
+        return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
     board = build_leaderboard(out, baseline=baseline)
-    return {"reports": reports, "leaderboard": board, "leaderboard_md": write_leaderboard(board, out)}
+    return {"reports": reports, "leaderboard": board, "leaderboard_md": write_leaderboard(board, out),
+            "ungraded": ungraded}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line over ``run_eval``: exit 0; 1 with a message for a usage or input error (nothing written);
+    3 when some samples could not be graded and ``--allow-ungraded`` was not given (the leaderboard is not written)."""
     args = build_parser().parse_args(argv)
     try:
         result = run_eval(
@@ -494,10 +724,18 @@ def main(argv: list[str] | None = None) -> int:
             grade_timeout=args.grade_timeout, workers=args.workers,
             lm_eval_tasks=[t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()],
             lm_eval_include_path=args.lm_eval_include_path, lm_eval_limit=args.lm_eval_limit,
-            progress=not args.no_progress)
-    except EvalUsageError as e:
-        raise SystemExit(str(e)) from None
-    print(result["leaderboard_md"])
+            lcb_release=args.lcb_release, lcb_start_date=args.lcb_start_date, lcb_end_date=args.lcb_end_date,
+            allow_ungraded=args.allow_ungraded, progress=not args.no_progress)
+    except (EvalUsageError, EvalInputError) as e:
+        raise _CommandError(f"error: {e}") from None
+    if result["ungraded"] and not args.allow_ungraded:
+        print(f"error: {result['ungraded']} samples could not be graded (grader errors or grader timeouts; see the "
+              f"'NOT GRADED' lines above and the grader_error/timeout verdicts in the result files). The leaderboard "
+              f"was not written. Fix the grader and run the same command again (it grades them again), or pass "
+              f"--allow-ungraded to write the leaderboard without them.", file=sys.stderr, flush=True)
+        return EXIT_UNGRADED
+    if result["leaderboard_md"] is not None:
+        print(result["leaderboard_md"])
     return 0
 
 

@@ -188,5 +188,11 @@ def test_behavior_logprobs_setting_is_validated():
     from trainer.config import ConfigError
     with pytest.raises(ConfigError, match="behavior_logprobs must be trainer or sampler"):
         load_config(None, ["behavior_logprobs=engine"])
-    with pytest.raises(ConfigError, match="engine=hf only"):
-        load_config(None, ["behavior_logprobs=sampler", "engine=vllm"])
+    # vLLM gives log-probs (after temperature) but no entropy: only the entropy rule needs the trainer's forward
+    load_config(None, ["behavior_logprobs=sampler", "engine=vllm", "algorithm=seeds", "seed_rule=ratio"])
+    with pytest.raises(ConfigError, match="seed_rule=entropy needs the behavior policy's entropies"):
+        load_config(None, ["behavior_logprobs=sampler", "engine=vllm", "algorithm=seeds", "seed_rule=entropy"])
+    with pytest.raises(ConfigError, match="vllm_sleep_mode must be auto, on or off"):
+        load_config(None, ["vllm_sleep_mode=maybe"])
+    with pytest.raises(ConfigError, match="vllm_max_model_len=100 cannot hold"):
+        load_config(None, ["vllm_max_model_len=100", "max_prompt_tokens=90", "max_response_tokens=20"])

@@ -286,12 +286,20 @@ def test_micro_batches_respect_rows_tokens_and_keep_ranks_in_step():
     assert n0 == n1 == 3 and (len(s0), len(s1)) == (3, 2)
 
 
+def _free_port() -> int:
+    """A port nobody listens on now (a fixed one collides with a second run of the suite on the machine)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_gradient_invariant_to_world_size(tmp_path):
     single, _ = grads_for(5)
     worker = REPO / "tests" / "dist_grad_worker.py"
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}", OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", "29517", str(worker), str(tmp_path / "grads.pt")],
+                          "--master_port", str(_free_port()), str(worker), str(tmp_path / "grads.pt")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     double = torch.load(tmp_path / "grads.pt")

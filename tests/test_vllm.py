@@ -61,3 +61,79 @@ def test_eval_run_and_relay_with_the_vllm_engine(tmp_path):
     assert len(r["vllm"]["responses"]) == 6 and r["vllm"]["responses"] == r["hf"]["responses"]
     assert r["vllm"]["verdicts"] == r["hf"]["verdicts"]
     assert len(r["vllm"]["relay"]) == 4 and r["vllm"]["relay"] == r["hf"]["relay"]
+
+
+def _tokens_for_the_check(run: dict) -> list[int]:
+    return [t for t, g in zip(run["logp_tokens"], run["grad_norm"]) if g is not None and t is not None]
+
+
+def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(tmp_path, sft_policy_dir):
+    r = _scenario("train_runs", tmp_path, str(sft_policy_dir))
+    for name in ("dapo", "seeds", "seeds_sampler", "m2po"):
+        run = r[name]
+        assert run["steps"] == 3 and run["rollout_files"] == 3, name
+        assert run["reward"][0] > 0.2, name          # the warmed policy: groups with signal, so updates happen
+        # at lr 2e-3 the weights move every step; after each sync the engine still samples what the trainer scores
+        checked = [(m, x) for m, x, g in zip(run["logp_diff_mean"], run["logp_diff_max"], run["grad_norm"])
+                   if m is not None and g is not None]
+        assert checked, name
+        assert all(m < 1e-3 and x < 1e-2 for m, x in checked), (name, checked)
+    # every step that updated checks its fresh tokens; M2PO's stale batches hold none sampled now (only the
+    # fresh groups that dynamic sampling adds are checked there)
+    for name in ("dapo", "seeds", "seeds_sampler"):
+        assert len(_tokens_for_the_check(r[name])) == sum(g is not None for g in r[name]["grad_norm"]), name
+    # the sampler's behavior log-probs and the trainer's forward give the same run to the float: same rewards
+    assert r["seeds_sampler"]["reward"] == r["seeds"]["reward"]
+
+
+def _torchrun(tmp_path, out: Path, policy: Path, steps: int = 4) -> list[str]:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+            "-m", "trainer.train", "--config", str(HERE.parent / "trainer/configs/tiny.yaml"), f"model={policy}",
+            "sft_steps=0", "engine=vllm", "lr=1e-3", f"total_steps={steps}", "prompts_per_step=8",
+            "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",
+            "save_every=2", f"output_dir={out}", "progress=false"]
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "tiny" / "metrics.jsonl").open()]
+
+
+def test_two_ranks_with_vllm_train_checkpoint_kill_and_resume(tmp_path, sft_policy_dir):
+    """One engine per rank (external_launcher, gloo): the run is killed once its first checkpoint is written
+    and resumed; the resumed steps equal an uninterrupted run's."""
+    import os
+    import signal
+    import time
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent))
+    full = tmp_path / "full"
+    res = subprocess.run(_torchrun(tmp_path, full, sft_policy_dir), cwd=HERE.parent, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    whole = _metrics(full)
+    assert [m["step"] for m in whole] == [0, 1, 2, 3]
+    assert all(m["rollout/logp_diff_mean"] < 1e-3 for m in whole if "ppo/grad_norm" in m)
+
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(_torchrun(tmp_path, cut, sft_policy_dir), cwd=HERE.parent, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ckpt = cut / "tiny" / "checkpoints" / "step_000001"
+    deadline = time.monotonic() + 600
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ckpt.exists(), "the first checkpoint never appeared"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(_torchrun(tmp_path, cut, sft_policy_dir), cwd=HERE.parent, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "resumed from" in res.stderr
+    resumed = _metrics(cut)
+    assert [m["step"] for m in resumed] == [0, 1, 2, 3]
+    for a, b in zip(whole, resumed):
+        assert a["reward/mean"] == b["reward/mean"] and a["tokens/generated"] == b["tokens/generated"], a["step"]
+        if "ppo/loss" in a:
+            assert abs(a["ppo/loss"] - b["ppo/loss"]) < 1e-5

@@ -142,10 +142,39 @@ def eval_and_relay(out: Path) -> dict:
     return res
 
 
-SCENARIOS = {"agree": agree, "sync": sync, "broken_sync": broken_sync, "eval_and_relay": eval_and_relay}
+TRAIN_RUNS = {   # name -> overrides; each trains 3 steps from the warmed policy at a high learning rate
+    "dapo": [],
+    "seeds": ["algorithm=seeds", "seed_refresh_interval=2", "seed_ratio=0.5"],
+    "seeds_sampler": ["algorithm=seeds", "seed_refresh_interval=2", "behavior_logprobs=sampler"],
+    "m2po": ["algorithm=m2po", "m2po_staleness=1"],
+}
+
+
+def train_runs(out: Path, policy: str) -> dict:
+    """Whole trainer runs with engine=vllm: every step's rollout check, and the run's outputs."""
+    from trainer.train import main
+    res = {}
+    for name, extra in TRAIN_RUNS.items():
+        args = ["--config", str(Path(__file__).resolve().parents[1] / "trainer/configs/tiny.yaml"),
+                f"model={policy}", "sft_steps=0", "engine=vllm", "lr=2e-3", "total_steps=3", "prompts_per_step=8",
+                "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",
+                "save_every=0", f"output_dir={out / name}", f"run_name={name}", "progress=false", *extra]
+        assert main(args) == 0
+        metrics = [json.loads(line) for line in (out / name / name / "metrics.jsonl").open()]
+        res[name] = {"steps": len(metrics),
+                     "logp_diff_mean": [m.get("rollout/logp_diff_mean") for m in metrics],
+                     "logp_diff_max": [m.get("rollout/logp_diff_max") for m in metrics],
+                     "logp_tokens": [m.get("rollout/logp_tokens") for m in metrics],
+                     "reward": [m["reward/mean"] for m in metrics],
+                     "grad_norm": [m.get("ppo/grad_norm") for m in metrics],
+                     "rollout_files": len(list((out / name / name / "rollouts").glob("*.parquet")))}
+    return res
+
+
+SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "broken_sync": broken_sync, "eval_and_relay": eval_and_relay}
 
 if __name__ == "__main__":
     name, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    result = SCENARIOS[name](out)
+    result = SCENARIOS[name](out, *sys.argv[3:])
     (out / "result.json").write_text(json.dumps(result))

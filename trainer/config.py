@@ -62,7 +62,9 @@ class Config:
     ignore_eos: bool = False              # sample every response to max_response_tokens (throughput benchmarks, token accounting)
     rollout_batch_size: int = 256         # rows decoded together (hf; vLLM's max_num_seqs): more = higher tokens/s and
                                           # more KV-cache memory; a seeds refresh writes T batches at once and gains most
-    vllm_gpu_memory_utilization: float = 0.4
+    vllm_gpu_memory_utilization: float = 0.4   # GPU: the engine's share of GPU memory (weights + KV cache)
+    vllm_max_model_len: int | None = None  # KV-cache length per sequence; null = max_prompt_tokens + max_response_tokens
+    vllm_sleep_mode: str = "auto"          # auto (on with CUDA) | on | off: free the engine's GPU memory during updates
     # --- DAPO ------------------------------------------------------------------------------------------
     clip_low: float = 0.2                 # epsilon_low
     clip_high: float = 0.28               # epsilon_high (clip-higher)
@@ -99,7 +101,8 @@ class Config:
     seed_stale_loss: str = "clip"         # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
     # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
     # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
-    # sampler = the sampling engine's own logits while it decodes (no extra forward; fp-level mismatch; engine hf)
+    # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF
+    # engine gives entropies too, vLLM none (so seed_rule=entropy needs the trainer's forward there)
     behavior_logprobs: str = "trainer"
     # LUFFY (algorithm=luffy)
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
@@ -264,9 +267,15 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            "overlong_buffer_tokens must be smaller than max_response_tokens")
     _check(cfg.behavior_logprobs in ("trainer", "sampler"),
            f"behavior_logprobs must be trainer or sampler, got '{cfg.behavior_logprobs}'")
-    _check(cfg.behavior_logprobs == "trainer" or cfg.engine == "hf",
-           f"behavior_logprobs=sampler is implemented for engine=hf only (engine is '{cfg.engine}'); vLLM returns "
-           "log-probs before temperature and no entropy: use behavior_logprobs=trainer with vLLM")
+    _check(not (cfg.behavior_logprobs == "sampler" and cfg.engine != "hf" and cfg.algorithm == "seeds"
+                and cfg.seed_rule == "entropy"),
+           "seed_rule=entropy needs the behavior policy's entropies, which vLLM does not return: use "
+           "behavior_logprobs=trainer (one no-grad forward of the trained module gives them), or engine=hf")
+    _check(cfg.vllm_sleep_mode in ("auto", "on", "off"), f"vllm_sleep_mode must be auto, on or off, got "
+           f"'{cfg.vllm_sleep_mode}'")
+    _check(cfg.vllm_max_model_len is None or cfg.vllm_max_model_len >= cfg.max_prompt_tokens + cfg.max_response_tokens,
+           f"vllm_max_model_len={cfg.vllm_max_model_len} cannot hold a prompt of max_prompt_tokens="
+           f"{cfg.max_prompt_tokens} plus max_response_tokens={cfg.max_response_tokens}; raise it or leave it null")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or an existing checkpoint path; '{cfg.resume}' does not exist")
     # every algorithm's loss mask reads seed_loss (rows without a seed are unaffected), so it is always checked

@@ -42,6 +42,9 @@ class Rollout:
     trunc_rule: str | None = None
     trunc_token_id: int | None = None
     behavior_logp: list[float] | None = None   # seeds: cached log π_b on seed tokens (NaN after); stale: all tokens
+    # log π_sampler of the tokens the engine sampled for this step's update (NaN on seed tokens); None for rows
+    # not sampled now (stale, off-policy): the rollout check compares it with the trainer's log-probs
+    sampler_logp: list[float] | None = None
     reward: float = 0.0
     advantage: float = 0.0
     response_text: str = ""
@@ -94,14 +97,14 @@ class RolloutBuilder:
         g_on = cfg.samples_per_prompt - n_off
         prompts = [self.prompt_ids[i] for i in example_idxs for _ in range(g_on)]
         comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, round_, 1),
-                              logprobs=behavior)
+                              logprobs=True)
         rows = []
         for k, ex in enumerate(example_idxs):
             group = self._new_group()
             for g in range(g_on):
                 c = comps[k * g_on + g]
                 rows.append(self._row(ex, group, g, c.token_ids, c.finish_reason,
-                                      behavior_logp=c.logprobs if behavior else None))
+                                      behavior_logp=c.logprobs if behavior else None, sampler_logp=c.logprobs))
             for g in range(g_on, cfg.samples_per_prompt):
                 ids, finish = self._off_policy_trace(ex)
                 rows.append(self._row(ex, group, g, ids, finish, variant="luffy_off"))
@@ -115,7 +118,7 @@ class RolloutBuilder:
         flat = [ex for batch in batches for ex in batch]
         prompts = [self.prompt_ids[ex] for ex in flat for _ in range(G)]
         comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, 0, 2),
-                              logprobs=cfg.behavior_logprobs == "sampler")
+                              logprobs=True)
         responses = [c.token_ids for c in comps]
         logp, ent = self.behavior(prompts, comps)
         per_batch = B * G
@@ -131,7 +134,8 @@ class RolloutBuilder:
             group = self._new_group()
             for g in range(G):
                 c = self.seed_buffer["cache"][0][k * G + g]
-                rows.append(self._row(ex, group, g, c["response_ids"], c["finish_reason"]))
+                rows.append(self._row(ex, group, g, c["response_ids"], c["finish_reason"],
+                                      sampler_logp=comps[k * G + g].logprobs))   # batch 0 leads the refresh
         return self.reward(rows)
 
     def _seeded(self, step: int, j: int) -> list[Rollout]:
@@ -154,7 +158,7 @@ class RolloutBuilder:
                 prompts.append(self.prompt_ids[ex] + c["response_ids"][:m])
                 budgets.append(cfg.max_response_tokens - m)
                 shared.append(len(self.prompt_ids[ex]))
-        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4), prefix_lens=shared)
+        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4), prefix_lens=shared, logprobs=True)
         rows = []
         for k, ex in enumerate(buf["batches"][j]):
             group = self._new_group()
@@ -166,7 +170,8 @@ class RolloutBuilder:
                 cut = c["response_ids"][m] if m < len(c["response_ids"]) else None
                 rows.append(self._row(ex, group, g, seed + cont.token_ids, cont.finish_reason, variant="seed",
                                       seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
-                                      trunc_token_id=cut, behavior_logp=behavior))
+                                      trunc_token_id=cut, behavior_logp=behavior,
+                                      sampler_logp=[math.nan] * m + list(cont.logprobs)))
         return self.reward(rows)
 
     # --- M2PO stale batches ----------------------------------------------------------------------------
@@ -183,7 +188,7 @@ class RolloutBuilder:
                 for r, lp in zip(rows, logp):
                     r.behavior_logp = lp.tolist()
             for r in rows:
-                r.variant, r.seed_step = "stale", step
+                r.variant, r.seed_step, r.sampler_logp = "stale", step, None   # trained m2po_staleness steps on
             self.stale_queue.append(rows)
         rows = self.stale_queue.pop(0)
         self._next_group = max(r.group for r in rows) + 1  # dynamic-sampling groups get fresh ids
@@ -195,8 +200,10 @@ class RolloutBuilder:
         sampler's own, or one no-grad forward of the trained module."""
         cfg = self.cfg
         if cfg.behavior_logprobs == "sampler" and all(c.logprobs is not None for c in comps):
+            # vLLM returns no entropy: NaN (config refuses the entropy rule there, the only reader of them)
             return ([torch.tensor(c.logprobs, dtype=torch.float32) for c in comps],
-                    [torch.tensor(c.entropies, dtype=torch.float32) for c in comps])
+                    [torch.tensor(c.entropies if c.entropies is not None else [math.nan] * len(c.logprobs),
+                                  dtype=torch.float32) for c in comps])
         return self._score(prompts, [c.token_ids for c in comps])
 
     def _score(self, prompts, responses) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -200,6 +200,28 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
 # ----------------------------------------------------------------------------------------------------------
 # dynamic sampling, metrics, records
 # ----------------------------------------------------------------------------------------------------------
+def rollout_logp_check(rows: list[Rollout], records: dict, d: Dist) -> dict:
+    """``rollout/logp_diff_mean`` and ``_max``: |log pi_sampler - log pi_trainer| over the response tokens the engine
+    sampled for this step (seed tokens and stale or off-policy rows excluded), the trainer's side being the log-prob
+    the update computed before its first step (``logp_old``). A weight-sync bug or an engine that drifts from the
+    trainer (dtype, kernels, temperature handling) shows here first, as in verl's rollout check. This rank's rows
+    and records (before the cross-rank gather), then summed and maxed over ranks."""
+    total, count, worst = 0.0, 0, 0.0
+    for r in rows:
+        rec = records.get(id(r))
+        if r.sampler_logp is None or rec is None:
+            continue
+        for a, b in zip(r.sampler_logp, rec["logp_old"]):
+            if a == a:   # NaN: a seed token, not sampled now
+                x = abs(a - b)
+                total, count, worst = total + x, count + 1, max(worst, x)
+    t = all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64, device=d.device), d).tolist()
+    worst = max(all_gather_objects(worst, d))
+    if t[1] == 0:
+        return {}
+    return {"rollout/logp_diff_mean": t[0] / t[1], "rollout/logp_diff_max": worst, "rollout/logp_tokens": int(t[1])}
+
+
 def filter_groups(rows: list[Rollout]) -> tuple[list[Rollout], int]:
     """Keep groups whose rewards are not all equal (they carry a gradient); return kept rows and dropped count."""
     kept, dropped = [], 0
@@ -314,14 +336,18 @@ def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist, *, sampler_build
     """The sampler (call before sharding). One process: the HF engine shares the trained module. Several ranks:
     it samples from an unsharded copy whose weights are synced from the sharded model every step.
     ``sampler_builder``: replaces ``inference.make_sampler`` (same signature)."""
-    from inference import make_sampler
+    from inference import make_sampler, resolve_engine
     make_sampler = sampler_builder or make_sampler
-    engine_model = copy.deepcopy(model).eval() if d.enabled and cfg.engine == "hf" else model
+    engine = resolve_engine(cfg.engine, model=model)
+    engine_model = copy.deepcopy(model).eval() if d.enabled and engine == "hf" else model
     kw = {"ignore_eos": True} if cfg.ignore_eos else {}
     kw["max_batch_size"] = cfg.rollout_batch_size
-    if cfg.engine != "hf":
+    if engine == "vllm":
         kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
-    return make_sampler(engine_model, tokenizer, engine=cfg.engine, **kw), engine_model
+        kw["max_model_len"] = cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
+        kw["enable_sleep_mode"] = {"auto": None, "on": True, "off": False}[cfg.vllm_sleep_mode]
+        kw["seed"] = cfg.seed
+    return make_sampler(engine_model, tokenizer, engine=engine, **kw), engine_model
 
 
 def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on_step=None) -> Path:
@@ -391,12 +417,15 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         sync_rollout_weights(sampler, engine_model, model, d)
         gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
         all_rows, kept, metrics = collect_step(builder, cfg, step)
+        if hasattr(sampler, "sleep"):
+            sampler.sleep()   # vLLM sleep mode: its GPU memory is the trainer's until the next sync wakes it
         t_gen = time.perf_counter() - t0
         if kept:
             assign_advantages(kept, cfg)
             model.train()
             upd, records = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id)
             metrics.update(upd)
+            metrics.update(rollout_logp_check(kept, records, d))
         else:  # the sampling bound was hit with no informative group: no update, logged
             records = {}
             with warnings.catch_warnings():   # the schedule follows steps, updated or not: intended, not a bug
@@ -429,6 +458,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder, produced_tokens, cfg, d)
     if bar:
         bar.close()
+    if hasattr(sampler, "close"):
+        sampler.close()   # before the process group goes: vLLM tears its own groups down with the engine
     return run_dir
 
 
