@@ -21,7 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[dev,$(ENGINE_EXTRA)]"
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[dev,evalplus,$(ENGINE_EXTRA)]"
 	$(if $(HAS_CUDA),,$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec)
 	touch $(STAMP)
 

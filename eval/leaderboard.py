@@ -7,7 +7,9 @@ lm-evaluation-harness bridge) and writes ``<root>/leaderboard.md`` and ``<root>/
   and the unweighted average over the model's sample-file benchmarks;
 - pass@k for k = 1, 2, 4, ... n per model and benchmark;
 - a paired bootstrap of each model against the baseline (the first model, or ``--baseline``) on shared problems;
-- lm-eval tasks as extra columns: the task's main metric, ±1.96 standard errors, and the sample count.
+- lm-eval tasks as extra columns: the task's main metric, ±1.96 standard errors, and the sample count;
+- samples that could not be graded (verdict ``grader_error``, or ``timeout``: the grader's own limit) are left out
+  of every number above and counted beside them ("N ungraded"), with a warning under the table.
 
 The CSV is long-format: one row per (model, benchmark) with every number.
 """
@@ -21,11 +23,30 @@ import math
 import os
 from pathlib import Path
 
+from eval.benchmarks.base import UNGRADED_VERDICTS
 from eval.lm_eval_bridge import LM_EVAL_FILE
 from eval.metrics import compare, counts, summarize
 from eval.samples import read_samples
 
-__all__ = ["build_leaderboard", "write_leaderboard", "lm_eval_entries", "main"]
+__all__ = ["build_leaderboard", "write_leaderboard", "lm_eval_entries", "graded_rows", "main"]
+
+
+def graded_rows(rows) -> tuple[list[dict], int, int]:
+    """(rows with only their graded samples, ungraded samples, problems left with none graded): what scores are
+    computed from. A sample whose verdict is in ``UNGRADED_VERDICTS`` is never a score."""
+    out, ungraded, empty = [], 0, 0
+    for r in rows:
+        verdicts = r.get("verdicts") or [None] * len(r["correct"])
+        keep = [i for i, v in enumerate(verdicts) if v not in UNGRADED_VERDICTS]
+        if len(keep) == len(r["correct"]):
+            out.append(r)
+            continue
+        ungraded += len(r["correct"]) - len(keep)
+        if not keep:
+            empty += 1
+            continue
+        out.append(dict(r, correct=[r["correct"][i] for i in keep], verdicts=[verdicts[i] for i in keep]))
+    return out, ungraded, empty
 
 # lm-eval metric names in order of preference for "the task's main metric"
 LM_EVAL_METRICS = ("exact_match", "acc_norm", "acc", "pass@1", "pass_at_1", "f1", "em", "bleu", "word_perplexity")
@@ -62,24 +83,29 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
         for f in sorted(d.glob("*.jsonl")):
             if f.name.endswith(".disagreements.jsonl"):
                 continue
-            rows = read_samples(f)
-            if not rows:
+            all_rows = read_samples(f)
+            if not all_rows:
                 continue
-            _, n, c = counts(rows)
-            s = summarize(n, c)
-            versions = sorted({str(r["settings"].get("benchmark_version")) for r in rows})
-            entries.append({"model": d.name, "benchmark": f.stem, "source": "samples", "version": "/".join(versions),
-                            "problems": s["problems"], "n": s["n_min"] if s["n_min"] == s["n_max"] else
-                            f"{s['n_min']}-{s['n_max']}", "avg": s["avg"], "ci_low": s["avg_ci"][0],
-                            "ci_high": s["avg_ci"][1], "pass": {k: v[0] for k, v in s["pass"].items()}})
-            rows_by[(d.name, f.stem)] = rows
+            rows, ungraded, _ = graded_rows(all_rows)
+            versions = sorted({str(r["settings"].get("benchmark_version")) for r in all_rows})
+            entry = {"model": d.name, "benchmark": f.stem, "source": "samples", "version": "/".join(versions),
+                     "problems": 0, "n": None, "avg": None, "ci_low": None, "ci_high": None, "pass": {},
+                     "ungraded": ungraded}
+            if rows:
+                _, n, c = counts(rows)
+                s = summarize(n, c)
+                entry.update(problems=s["problems"], n=s["n_min"] if s["n_min"] == s["n_max"] else
+                             f"{s['n_min']}-{s['n_max']}", avg=s["avg"], ci_low=s["avg_ci"][0],
+                             ci_high=s["avg_ci"][1], **{"pass": {k: v[0] for k, v in s["pass"].items()}})
+                rows_by[(d.name, f.stem)] = rows
+            entries.append(entry)
         if (d / LM_EVAL_FILE).is_file():
             entries += lm_eval_entries(d.name, json.loads((d / LM_EVAL_FILE).read_text()))
     models = sorted({e["model"] for e in entries})
     benches = sorted({e["benchmark"] for e in entries}, key=lambda b: (b.startswith("lm:"), _order(b)))
     averages = {}
     for m in models:
-        vals = [e["avg"] for e in entries if e["model"] == m and e["source"] == "samples"]
+        vals = [e["avg"] for e in entries if e["model"] == m and e["source"] == "samples" and e["avg"] is not None]
         if vals:
             averages[m] = (sum(vals) / len(vals), len(vals))
     if baseline is not None and baseline not in models:
@@ -126,10 +152,17 @@ def render_markdown(board: dict) -> str:
                 continue
             ci = "" if e["ci_low"] is None else f" [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}]"
             size = f"P={e['problems']}" + (f", n={e['n']}" if e["n"] is not None else "")
-            cells.append(f"{_pct(e['avg'])}{ci} ({size})")
+            if e.get("ungraded"):
+                size += f", {e['ungraded']} ungraded"
+            cells.append(f"{_pct(e['avg']) if e['avg'] is not None else 'n/a'}{ci} ({size})")
         avg = board["averages"].get(m)
         cells.append("" if avg is None else f"{_pct(avg[0])} ({avg[1]} benchmark{'s' * (avg[1] != 1)})")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    bad = [e for e in board["entries"] if e.get("ungraded")]
+    if bad:
+        lines += ["", "**Not graded** (grader errors or grader timeouts; left out of every number here; rerun "
+                      "`python -m eval.run` on the same --out to grade them again): "
+                  + ", ".join(f"{e['model']}/{e['benchmark']} {e['ungraded']} samples" for e in bad)]
     ks = sorted({k for e in board["entries"] for k in e["pass"]})
     if ks:
         lines += ["", "## pass@k, % (unbiased estimator, mean over problems)", "",
@@ -158,12 +191,12 @@ def write_leaderboard(board: dict, root: str | os.PathLike) -> str:
     with open(root / "leaderboard.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["model", "benchmark", "source", "version", "problems", "n", "avg", "ci_low", "ci_high"]
-                   + [f"pass@{k}" for k in ks])
+                   + [f"pass@{k}" for k in ks] + ["ungraded"])
         for e in board["entries"]:
             w.writerow([e["model"], e["benchmark"], e["source"], e["version"], e["problems"], e["n"], e["avg"],
-                        e["ci_low"], e["ci_high"]] + [e["pass"].get(k, "") for k in ks])
+                        e["ci_low"], e["ci_high"]] + [e["pass"].get(k, "") for k in ks] + [e.get("ungraded", "")])
         for m, (avg, cnt) in board["averages"].items():
-            w.writerow([m, "average", "samples", f"{cnt} benchmarks", "", "", avg, "", ""] + [""] * len(ks))
+            w.writerow([m, "average", "samples", f"{cnt} benchmarks", "", "", avg, "", ""] + [""] * len(ks) + [""])
     return md
 
 

@@ -5,6 +5,11 @@ engine is vLLM on a GPU) and writes the result dict, without per-sample logs, to
 ``eval.leaderboard.lm_eval_entries`` turns it into leaderboard rows (task, main metric, ±1.96 stderr, count).
 ``include_path`` points lm-eval at a folder of local task YAMLs (offline use). lm-eval is imported lazily:
 ``pip install thinking-seeds[lmeval]``.
+
+Sampling flags of ``eval.run`` reach lm-eval as its ``gen_kwargs`` (they override the tasks' generation settings
+for generate-until tasks; log-likelihood tasks do not sample): ``temperature`` (and ``do_sample``),
+``top_p``, ``max_tokens`` as ``max_gen_toks``. ``--n`` has no lm-eval equivalent (each task sets its own repeats):
+``eval.run`` refuses it together with lm-eval tasks.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["run_lm_eval", "LM_EVAL_FILE"]
+__all__ = ["run_lm_eval", "gen_kwargs", "LM_EVAL_FILE"]
 
 LM_EVAL_FILE = "lm_eval.json"
 
@@ -34,10 +39,31 @@ def _jsonable(x):
         return str(x)
 
 
+def gen_kwargs(*, temperature: float | None = None, top_p: float | None = None,
+               max_tokens: int | None = None) -> dict | None:
+    """lm-eval ``gen_kwargs`` for the given sampling flags (None when none is given: the tasks' own settings)."""
+    kw: dict = {}
+    if temperature is not None:
+        kw["temperature"] = float(temperature)
+        kw["do_sample"] = temperature > 0
+    if top_p is not None:
+        kw["top_p"] = float(top_p)
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        kw["max_gen_toks"] = int(max_tokens)
+    return kw or None
+
+
 def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *, include_path: str | None = None,
                 limit: int | None = None, device: str | None = None, engine: str = "auto", seed: int = 0,
-                batch_size: int | str = 8, num_fewshot: int | None = None) -> dict:
-    """Evaluate ``model`` (a directory or hub id) on lm-eval ``tasks``; write and return the results dict."""
+                batch_size: int | str = 8, num_fewshot: int | None = None, temperature: float | None = None,
+                top_p: float | None = None, max_tokens: int | None = None, n: int | None = None) -> dict:
+    """Evaluate ``model`` (a directory or hub id) on lm-eval ``tasks``; write and return the results dict.
+    ``temperature``, ``top_p``, ``max_tokens`` go to lm-eval's ``gen_kwargs``; ``n`` is refused (ValueError)."""
+    if n is not None:
+        raise ValueError("lm-eval has no per-call sample count: each task sets its own repeats; drop n")
+    extra = gen_kwargs(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     try:
         import lm_eval
         from lm_eval.tasks import TaskManager
@@ -57,7 +83,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *,
                                       limit=limit, device=device or ("cuda" if cuda else "cpu"),
                                       batch_size=batch_size, num_fewshot=num_fewshot, log_samples=False,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                                      fewshot_random_seed=seed)
+                                      fewshot_random_seed=seed, gen_kwargs=extra)
     if results is None:   # non-zero ranks under distributed lm-eval return None
         return {}
     results = _jsonable({k: v for k, v in results.items() if k != "samples"})

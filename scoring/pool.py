@@ -3,7 +3,8 @@
 math-verify's own timeout uses SIGALRM (main thread only) and sympy can hang for minutes on hostile answers
 (``9^{9^{9^{9}}}``). ``WorkerPool`` hands one item at a time to each worker process over a pipe; when an item
 runs past ``timeout`` seconds its worker is killed (SIGKILL) and replaced, and the item's result is
-``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``.
+``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"`` (the
+verdict functions below turn that into ``grader_error``, never a score).
 
 Workers start from a ``forkserver`` (default) or ``spawn`` context — never ``fork``, which would copy a parent
 holding CUDA state or threads. The function must be importable by reference (a module-level function).
@@ -56,11 +57,32 @@ def _worker_main(fn, conn) -> None:
             conn.send((idx, "error", None, traceback.format_exc(limit=5)))
 
 
+class _MainWithoutFile:
+    """While starting a worker: hide ``__main__.__file__`` when it names no file (``python - <<EOF``, stdin:
+    ``<stdin>``). multiprocessing's spawn/forkserver children re-run the main module from that path, fail, and die
+    before their first item (every item then came back ``error``); without a path they skip it."""
+
+    def __enter__(self):
+        import sys
+        self.main = sys.modules.get("__main__")
+        self.file = getattr(self.main, "__file__", None)
+        if self.file is not None and not os.path.isfile(self.file):
+            del self.main.__file__
+        else:
+            self.file = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.file is not None:
+            self.main.__file__ = self.file
+
+
 class _Worker:
     def __init__(self, ctx, fn):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(fn, child), daemon=True)
-        self.proc.start()
+        with _MainWithoutFile():
+            self.proc.start()
         child.close()
         self.item: int | None = None      # index of the item in flight
         self.started = 0.0
@@ -205,8 +227,9 @@ def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, w
     """Grade ``(response, gold, multiple_answer, unit)`` tuples with math-verify in a pool.
 
     Returns (verdicts, counts) where counts = {"timeout": k, "error": m}. A timed-out item gets
-    ``Verdict(False, "timeout", <extracted answer>)``; an item whose grading raised gets "wrong_answer" with the
-    error in ``detail``.
+    ``Verdict(False, "timeout", <extracted answer>)``; an item whose grading raised, or whose worker died, gets
+    ``Verdict(False, "grader_error", <extracted answer>)`` with the error in ``detail``: the grader failed, the
+    answer was not graded (never a wrong answer).
     """
     from scoring.math import extract_answer
     own = pool is None
@@ -222,7 +245,7 @@ def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, w
             verdicts.append(r.value)
         else:
             counts[r.status] += 1
-            verdict = "timeout" if r.status == "timeout" else "wrong_answer"
+            verdict = "timeout" if r.status == "timeout" else "grader_error"
             verdicts.append(Verdict(False, verdict, extract_answer(item[0]), r.detail))
     return verdicts, counts
 

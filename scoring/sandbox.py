@@ -42,7 +42,14 @@ Isolation, per sandbox call (one call runs one program on one or more test cases
 - The runner is trusted and reports over a pipe the program never holds; the program's own result channel (fd 3
   in function mode) carries only data, which the grader parses as JSON and compares itself.
 - Infrastructure failures (cannot spawn, the runner reports a setup failure or dies without reporting) raise
-  ``SandboxError``; they are never scored.
+  ``SandboxError``; they are never scored (``eval.run`` records them as ``grader_error``). Only the runner, which
+  the program never reaches, can produce one: whatever a program does inside its case is a verdict about it.
+- Harnesses (``run_harness``): a case process may instead run a reference grader's harness around the program,
+  all of a problem's tests in that one process (lcb_runner's ``lcb_stdin``/``lcb_call``, EvalPlus's
+  ``evalplus``; ``scoring/_sandbox_child.py``), writing one JSON record per test to fd 3. The records are the
+  program's data (it shares the process and could write them itself), checked by the grader, never a verdict.
+- Packages: ``packages=("numpy",)`` shows an installed package to programs, read-only in the jail (only its own
+  folder and a wheel's ``<name>.libs``); ``preimport`` imports it once in the runner before the cases fork.
 
 What is available is probed once per process (``isolation()``). Without root or without ``unshare`` the sandbox
 warns once (``RuntimeWarning``), sets ``RunResult.isolated = False`` and still applies everything else it can
@@ -77,7 +84,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "SandboxError", "Isolation", "RunResult", "isolation", "run_program", "run_function", "run_cases",
-    "run_many", "parse_json", "decode_tagged", "Opaque", "CallException",
+    "run_many", "run_harness", "HARNESS_MODES", "parse_json", "decode_tagged", "encode_tagged", "Opaque",
+    "CallException",
 ]
 
 CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
@@ -139,8 +147,9 @@ _IN_FLIGHT = 0
 _CALLS_LOCK = threading.Lock()
 
 
-def _jail_layout(extra_dirs: Sequence[str] = ()) -> dict:
-    """The host paths the jail shows read-only: /usr, the top-level lib/bin links, the standard library."""
+def _jail_layout(extra_dirs: Sequence[str] = (), extra_files: Sequence[str] = ()) -> dict:
+    """The host paths the jail shows read-only: /usr, the top-level lib/bin links, the standard library (and the
+    extra directories and single files a call asks for: a package the programs may import, a harness module)."""
     links, ro_dirs = [], []
     for top in ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
         if os.path.islink(top):
@@ -154,11 +163,14 @@ def _jail_layout(extra_dirs: Sequence[str] = ()) -> dict:
         if not any(p == d or p.startswith(d + "/") for d in ro_dirs):
             ro_dirs.append(p)
     files = [(f, False) for f in ("/etc/ld.so.cache",) if os.path.exists(f)]
+    files += [(os.path.realpath(f), False) for f in extra_files
+              if os.path.isfile(f) and not any(os.path.realpath(f).startswith(d + "/") for d in ro_dirs)]
     files += [(f, True) for f in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(f)]
     return {"links": links, "ro_dirs": ro_dirs, "files": files}
 
 
 _RUNNER_PATH: list[str] | None = None
+_LAYOUTS: dict[tuple, dict] = {}
 
 
 def _runner_sys_path() -> list[str]:
@@ -303,7 +315,7 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
               on_case: Callable[[int, RunResult], bool] | None = None, timeout_s: float = 6.0,
               memory_mb: int = 1024, prelude: str = "", max_output_bytes: int = DEFAULT_MAX_OUTPUT,
               nproc: int = DEFAULT_NPROC, disk_mb: int = 64, python_path: Sequence[str] = (),
-              require_isolation: bool | None = None) -> list[RunResult]:
+              require_isolation: bool | None = None, packages: Sequence[str] = ()) -> list[RunResult]:
     """Run one program on several test cases in one sandbox call; every case gets a fresh process.
 
     ``mode="stdin"``: each case is the program's stdin. ``mode="function"``: each case is LiveCodeBench's
@@ -314,7 +326,8 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
     (see ``decode_tagged``); the first exception ends the list with ``{"__exception__": "..."}``.
     ``timeout_s`` is the wall-clock limit of each case (the CPU limit is ``ceil(timeout_s) + 1`` s).
     ``on_case(i, result)`` is called as each case finishes; returning False stops the call there (the rest of
-    the namespace is killed) and the returned list ends at that case.
+    the namespace is killed) and the returned list ends at that case. ``packages``: installed packages (e.g.
+    ``"numpy"``) the jail shows to the program, read-only (``python_path`` shows whole folders).
     """
     if mode not in ("stdin", "function", "calls"):
         raise ValueError(f"mode must be 'stdin', 'function' or 'calls', got {mode!r}")
@@ -323,7 +336,78 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
     iso = _require(require_isolation)
     return _execute(iso, source=source, cases=cases, mode=mode, fn_name=fn_name, prelude=prelude,
                     timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, nproc=nproc,
-                    disk_mb=disk_mb, python_path=python_path, on_case=on_case)
+                    disk_mb=disk_mb, python_path=python_path, on_case=on_case, packages=tuple(packages))
+
+
+HARNESS_MODES = ("lcb_stdin", "lcb_call", "evalplus")
+
+
+def run_harness(source: str, payloads: Sequence[Any], *, harness: str, fn_name: str | None = None,
+                options: Mapping[str, Any] | None = None, timeout_s: float = 60.0, memory_mb: int = 1024,
+                max_output_bytes: int = DEFAULT_MAX_OUTPUT, packages: Sequence[str] = (),
+                preimport: Sequence[str] = (), load_files: Sequence[tuple[str, str]] = (),
+                nproc: int = DEFAULT_NPROC, disk_mb: int = 64,
+                require_isolation: bool | None = None) -> list[RunResult]:
+    """Run ``source`` under a reference grader's harness (``scoring/_sandbox_child.py``): each payload (JSON data,
+    e.g. ``{"inputs": [...]}``) is one case process that runs ALL its tests in order, the way LiveCodeBench's
+    lcb_runner (``harness="lcb_stdin"`` / ``"lcb_call"``) or EvalPlus (``"evalplus"``) does, sharing state
+    between tests. ``RunResult.value`` is the list of per-test records (``value_ok``: they parsed), each
+    ``{"i", "s": ok|error|timeout|memory|fatal|output_limit, "out"|"v"|"e"|"t"...}``, kept even when the process
+    was then killed; everything in them came from the program's process, so they are data to check, never a
+    verdict. ``timeout_s`` bounds each case process as a whole (the harness times each test itself);
+    ``max_output_bytes`` bounds the records of a case. ``packages``: importable packages (e.g. ``"numpy"``) the
+    jail shows to programs read-only; ``preimport``: modules the runner imports once before forking cases;
+    ``load_files``: ``(name, path)`` modules the runner loads from a file for the harness.
+    """
+    if harness not in HARNESS_MODES:
+        raise ValueError(f"harness must be one of {HARNESS_MODES}, got {harness!r}")
+    if harness != "lcb_stdin" and not fn_name:
+        raise ValueError(f"harness={harness!r} needs fn_name")
+    iso = _require(require_isolation)
+    cases = [json.dumps(p, allow_nan=True) for p in payloads]
+    return _execute(iso, source=source, cases=cases, mode=harness, fn_name=fn_name, prelude="",
+                    timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, nproc=nproc,
+                    disk_mb=disk_mb, python_path=(), on_case=None, harness=dict(options or {}),
+                    packages=tuple(packages), preimport=tuple(preimport), load_files=tuple(load_files))
+
+
+_PACKAGES: dict[str, tuple[list[str], list[str]]] = {}
+
+
+def _package_dirs(name: str) -> tuple[list[str], list[str]]:
+    """(directories to show in the jail, sys.path entries) for an installed top-level package: its own folder and
+    a wheel's ``<name>.libs`` beside it (bundled shared libraries), and the folder holding them for sys.path."""
+    if name not in _PACKAGES:
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SandboxError(f"package {name!r} is not installed in {sys.executable}'s environment")
+        pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+        site = os.path.dirname(pkg)
+        dirs = [pkg] + [d for d in (os.path.join(site, f"{name}.libs"),) if os.path.isdir(d)]
+        _PACKAGES[name] = (dirs, [site])
+    return _PACKAGES[name]
+
+
+def encode_tagged(x: Any) -> Any:
+    """Python data -> the JSON-able tagged form ``decode_tagged`` (and the sandbox's harnesses) read back: tuples,
+    sets, frozensets, dicts with any keys, complex and bytes keep their types."""
+    t = type(x)
+    if x is None or t in (bool, int, float, str):
+        return x
+    if t is list:
+        return [encode_tagged(v) for v in x]
+    if t is tuple:
+        return {"__tuple__": [encode_tagged(v) for v in x]}
+    if t in (set, frozenset):
+        return {f"__{t.__name__}__": [encode_tagged(v) for v in x]}
+    if t is dict:
+        return {"__dict__": [[encode_tagged(k), encode_tagged(v)] for k, v in x.items()]}
+    if t is complex:
+        return {"__complex__": [x.real, x.imag]}
+    if t is bytes:
+        return {"__bytes__": x.hex()}
+    raise TypeError(f"cannot send a {t.__name__} into the sandbox")
 
 
 def run_many(jobs: Iterable[Callable[[], Any] | Mapping[str, Any]], *, workers: int | None = None) -> list:
@@ -430,7 +514,8 @@ def _kill_group(pid: int) -> None:
 
 
 def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s, memory_mb, max_output_bytes,
-             nproc, disk_mb, python_path, on_case) -> list[RunResult]:
+             nproc, disk_mb, python_path, on_case, harness=None, packages=(), preimport=(),
+             load_files=()) -> list[RunResult]:
     if not cases:
         return []
     if timeout_s <= 0 or memory_mb <= 0 or max_output_bytes <= 0:
@@ -444,10 +529,22 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
             if not isinstance(c, str):
                 raise TypeError("function-mode cases are str: one JSON value per line")
             enc_cases.append(c)
+    extra_dirs, sys_path = list(python_path), list(python_path)
+    for name in packages:
+        dirs, entries = _package_dirs(name)
+        extra_dirs += dirs
+        sys_path += [e for e in entries if e not in sys_path]
+    extra_files = [path for _, path in load_files]
     jail = None
     if iso.namespaces:
-        jail = _JAIL if not python_path else _jail_layout(python_path)
-    preimport = ["json"] if mode != "stdin" else []
+        key = (tuple(extra_dirs), tuple(extra_files))
+        if not key[0] and not key[1]:
+            jail = _JAIL
+        else:
+            if key not in _LAYOUTS:
+                _LAYOUTS[key] = _jail_layout(extra_dirs, extra_files)
+            jail = _LAYOUTS[key]
+    preimport = (["json"] if mode != "stdin" else []) + [m for m in preimport if m != "json"]
     spec = {
         "source": source, "prelude": prelude, "mode": mode, "fn_name": fn_name, "cases": enc_cases,
         "timeout_s": float(timeout_s), "cpu_s": cpu_limit, "mem_bytes": int(memory_mb) << 20,
@@ -455,7 +552,8 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         "max_stdout": int(max_output_bytes), "max_stderr": int(max_output_bytes), "max_result": int(max_output_bytes),
         "uid": iso.uid, "gid": SANDBOX_GID if iso.uid is not None else None,
         "cwd": "/sandbox", "disk_bytes": int(disk_mb) << 20,
-        "jail": jail, "cgroup": None, "preimport": preimport, "pythonpath": list(python_path),
+        "jail": jail, "cgroup": None, "preimport": preimport, "pythonpath": sys_path,
+        "harness": harness, "load_files": [list(x) for x in load_files],
         "int_max_str_digits": 50000,   # LiveCodeBench's evaluator sets the same
     }
     global _IN_FLIGHT
@@ -583,6 +681,16 @@ def _result(m: dict, mode: str, cpu_limit: int, iso: Isolation) -> RunResult:
         stdout=m["stdout"].decode("utf-8", errors="replace"), stderr=m["stderr"].decode("utf-8", errors="replace"),
         stdout_truncated=m["stdout_truncated"], stderr_truncated=m["stderr_truncated"], wall_s=m["wall_s"],
         cpu_s=m["cpu_s"], maxrss_kb=m["maxrss_kb"], isolated=iso.full, detail=detail)
+    if mode in HARNESS_MODES:
+        raw = (m["result"] or b"").decode("utf-8", errors="replace")
+        try:
+            r.value = [parse_json(line) for line in raw.splitlines() if line.strip()]
+            r.value_ok = all(isinstance(x, dict) for x in r.value)
+        except ValueError as e:
+            r.value, r.detail = None, (r.detail + "; " if r.detail else "") + f"malformed harness records: {e}"
+        if m.get("result_truncated") and status == "output_limit":
+            r.detail = "output over the limit"
+        return r
     if mode != "stdin" and status == "ok":
         raw = m["result"] or b""
         if not raw:
@@ -654,6 +762,10 @@ def decode_tagged(x: Any) -> Any:
         return complex(float(v[0]), float(v[1]))
     if tag == "__bytes__":
         return bytes.fromhex(v)
+    if tag == "__numpy__":   # a numpy scalar or array: rebuilt with its dtype (numpy is imported only here)
+        import numpy as np
+        dtype, shape, data = np.dtype(str(v[0])), tuple(v[1]), decode_tagged(v[2])
+        return np.array(data, dtype=dtype).reshape(shape)[()] if not shape else np.array(data, dtype=dtype)
     if tag == "__repr__":
         return Opaque(str(v[0]), str(v[1]))
     if tag == "__exception__":

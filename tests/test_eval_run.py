@@ -401,3 +401,192 @@ def test_tiny_model_end_to_end(tiny_model, tmp_path):
     assert path.read_bytes() == before
     with pytest.raises(ValueError, match="other settings"):
         run.main(args[:-2] + ["--engine", "hf", "--seed", "1"])
+
+
+# ---- grader failures are never scores -------------------------------------------------------------------------
+
+def _dying_grade(response, problem):
+    """A math grader whose worker process dies on responses containing DIE (a segfault, an OOM kill...)."""
+    import os
+    if "DIE" in response:
+        os._exit(9)
+    from eval.benchmarks.mathbench import grade_problem
+    return grade_problem(response, problem)
+
+
+@needs_data
+def test_a_killed_grading_worker_is_a_grader_error_not_a_score(samples_file, tmp_path, monkeypatch, capsys):
+    import dataclasses
+    real = run.get_benchmark
+    monkeypatch.setattr(run, "get_benchmark", lambda name: dataclasses.replace(real(name), grade=_dying_grade))
+    rows = [json.loads(line) for line in samples_file.read_text().splitlines()[:3]]
+    s = tmp_path / "s.jsonl"
+    s.write_text("".join(json.dumps({"problem_id": r["problem_id"],
+                                     "responses": r["responses"][:2] + ["DIE " + r["responses"][0]]}) + "\n"
+                         for r in rows))
+    out = tmp_path / "out"
+    slack = ("--grade-timeout", "120")   # a loaded machine must not add grader timeouts to the count
+    assert _grade(s, out, *slack) == run.EXIT_UNGRADED == 3
+    printed, err = capsys.readouterr()
+    assert "NOT GRADED: 3 samples" in printed and "3 samples could not be graded" in err, (printed, err)
+    assert not (out / "leaderboard.md").exists()                      # refused
+    got = read_samples(out / "ref" / "math500.jsonl")
+    assert [r["verdicts"][2] for r in got] == ["grader_error"] * 3
+    result = run.run_eval(["ref"], ["math500"], problems=MATH500, samples=s, out=out, workers=2, progress=False,
+                          grade_timeout=120, log=lambda m: None)
+    [rep] = result["reports"]
+    assert (rep["ungraded"], rep["ungraded_problems"], result["ungraded"], result["leaderboard"]) == (3, 0, 3, None)
+    assert rep["avg"] == pytest.approx(0.5)            # 3 graded x (solution right, "0" wrong): the 3 ungraded left out
+    # the worker is fixed: the same command grades those samples again (resume), scores them, writes the board
+    monkeypatch.setattr(run, "get_benchmark", real)
+    assert _grade(s, out, *slack) == 0
+    got = read_samples(out / "ref" / "math500.jsonl")
+    assert [r["verdicts"][2] for r in got] == ["pass"] * 3 and [r["correct"] for r in got] == [[True, False, True]] * 3
+    assert (out / "leaderboard.md").is_file()
+
+
+def test_pool_verdict_for_a_dead_worker_is_grader_error():
+    from scoring.pool import grade_math_many
+    verdicts, counts = grade_math_many([("DIE \\boxed{1}", "1", False, None)], pool=_DeadPool(), timeout=5)
+    assert (verdicts[0].verdict, verdicts[0].correct, counts) == ("grader_error", False, {"timeout": 0, "error": 1})
+
+
+class _DeadPool:
+    def map(self, items, **_):
+        from scoring.pool import PoolResult
+        return [PoolResult("error", None, "worker died (exit code -9)") for _ in items]
+
+
+LCB = Path(__file__).resolve().parent / "fixtures" / "lcb"
+
+
+def _lcb_samples(path: Path, skip=("cf1850_a",)) -> Path:
+    from test_eval_code import LCB_SOLUTIONS
+    path.write_text("".join(json.dumps({"problem_id": k, "responses": [v[0], v[1]]}) + "\n"
+                            for k, v in LCB_SOLUTIONS.items() if k not in skip))
+    return path
+
+
+def _lcb(samples, out, *extra):
+    return run.main(["--model", "m", "--benchmarks", "livecodebench", "--problems", str(LCB), "--samples",
+                     str(samples), "--out", str(out), "--no-progress", *extra])
+
+
+def test_a_sandbox_that_cannot_start_is_a_grader_error(tmp_path, monkeypatch, capsys):
+    from scoring import sandbox as sb
+    sb.isolation()
+    s = _lcb_samples(tmp_path / "s.jsonl")
+    monkeypatch.setattr(sb, "CHILD", "/nonexistent/runner.py")
+    assert _lcb(s, tmp_path / "out", "--lcb-release", "v5_v6") == 3
+    rows = read_samples(tmp_path / "out" / "m" / "livecodebench.jsonl")
+    assert len(rows) == 5 and {v for r in rows for v in r["verdicts"]} == {"grader_error"}
+    assert "NOT GRADED: 10 samples (grader errors / grader timeouts; excluded from the score, 5 problems left with " \
+           "none" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert _lcb(s, tmp_path / "out", "--lcb-release", "v5_v6") == 0   # graded again on resume
+    rows = read_samples(tmp_path / "out" / "m" / "livecodebench.jsonl")
+    assert [r["correct"] for r in rows] == [[True, False]] * 5
+
+
+def test_lcb_release_flags_are_recorded_and_printed(tmp_path, capsys):
+    s = _lcb_samples(tmp_path / "s.jsonl", skip=("cf1850_a", "abc396_b"))
+    assert _lcb(s, tmp_path / "out", "--lcb-release", "v5_v6", "--lcb-end-date", "2025-03-01") == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("livecodebench release=v5_v6 dates=..2025-03-01: 4 problems (2024-11-02..2025-03-01)\n")
+    rows = read_samples(tmp_path / "out" / "m" / "livecodebench.jsonl")
+    assert [r["problem_id"] for r in rows] == ["3301", "abc395_a", "3488", "abc390_a"]
+    data = rows[0]["settings"]["data"]
+    assert (data["release"], data["start_date"], data["end_date"], data["problems"]) == ("v5_v6", None,
+                                                                                         "2025-03-01", 4)
+    assert data["selection"] == "livecodebench release=v5_v6 dates=..2025-03-01: 4 problems (2024-11-02..2025-03-01)"
+    assert sorted(data["files"]) == ["test5.jsonl", "test6.jsonl"] and data["path"] == str(LCB.resolve())
+    assert len(data["files"]["test6.jsonl"]["sha256"]) == 64 and len(data["sha256"]) == 64
+    assert all(r["settings"]["data"] == data for r in rows)
+    # the same results folder with another selection: refused, nothing appended
+    before = (tmp_path / "out" / "m" / "livecodebench.jsonl").read_bytes()
+    _lcb_samples(s, skip=("cf1850_a", "abc396_b", "3301"))   # same file name, the v6 problems only
+    with pytest.raises(SystemExit, match="written from other data .*release v5_v6.*this run: .*release v6"):
+        _lcb(s, tmp_path / "out", "--lcb-release", "v6", "--lcb-end-date", "2025-03-01")
+    assert (tmp_path / "out" / "m" / "livecodebench.jsonl").read_bytes() == before
+
+
+# ---- bad input: a message naming the file and line, exit 1, nothing written ------------------------------------
+
+def test_bad_lcb_flags(tmp_path):
+    s = _lcb_samples(tmp_path / "s.jsonl")
+    with pytest.raises(SystemExit, match="--lcb-release 'v9' is not a release"):
+        _lcb(s, tmp_path / "o", "--lcb-release", "v9")
+    with pytest.raises(SystemExit, match="start_date must be YYYY-MM-DD, got '2025/01/01'"):
+        _lcb(s, tmp_path / "o", "--lcb-start-date", "2025/01/01")
+    with pytest.raises(SystemExit, match="select LiveCodeBench problems; add livecodebench"):
+        run.main(["--model", "m", "--benchmarks", "addition", "--lcb-release", "v6", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_model_is_found_before_anything_is_written(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    for model, why in ((str(tmp_path / "no-such-model"), "no such model folder"),
+                       (str(tmp_path), "holds no config.json"),
+                       ("./runs/x/checkpoints/step_1", "no such model folder")):
+        with pytest.raises(SystemExit, match=why):
+            run.main(["--model", model, "--benchmarks", "addition", "--out", str(out), "--no-progress"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SystemExit, match="HF_HUB_OFFLINE=1 but the hub id is not in the local cache"):
+        run.main(["--model", "nobody/not-a-cached-model", "--benchmarks", "addition", "--out", str(out)])
+    assert not out.exists()
+
+
+def test_duplicate_ids_and_bad_lines_in_problem_files(tmp_path):
+    import gzip
+    line = {"task_id": "HumanEval/0", "prompt": "def f():\n", "entry_point": "f", "test": "def check(c):\n    pass\n"}
+    gz = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(gz, "wt") as f:
+        f.write(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(SystemExit, match=r"humaneval: .*HumanEval\.jsonl\.gz:2: duplicate task_id 'HumanEval/0' "
+                                         r"\(first on line 1\)"):
+        run.main(["--model", "m", "--benchmarks", "humaneval", "--problems", str(gz), "--samples", str(gz),
+                  "--out", str(tmp_path / "o")])
+    add = tmp_path / "add.jsonl"
+    add.write_text(json.dumps({"id": "a", "prompt": "1+2\n", "answer": "3"}) + "\n"
+                   + json.dumps({"id": "a", "prompt": "2+2\n", "answer": "4"}) + "\n")
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(json.dumps({"problem_id": "a", "responses": ["3"]}) + "\n")
+    with pytest.raises(SystemExit, match=r"addition: duplicate problem ids \['a'\] in .*add\.jsonl"):
+        run.main(["--model", "m", "--benchmarks", "addition", "--problems", str(add), "--samples", str(samples),
+                  "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match=r"--samples .*nope\.jsonl: no such file"):
+        run.main(["--model", "m", "--benchmarks", "addition", "--samples", str(tmp_path / "nope.jsonl"),
+                  "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="--limit must be >= 1"):
+        run.main(["--model", "m", "--benchmarks", "addition", "--limit", "0", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_command_prints_a_message_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    bad = tmp_path / "test6.jsonl"
+    good = (LCB / "test6.jsonl").read_text().splitlines()
+    bad.write_text(good[0] + "\n{broken\n")
+    samples = tmp_path / "s.jsonl"
+    samples.write_text('{"problem_id": "abc395_a", "responses": ["x"]}\n')
+    r = subprocess.run([sys.executable, "-m", "eval.run", "--model", "m", "--benchmarks", "livecodebench",
+                        "--problems", str(bad), "--samples", str(samples), "--lcb-release", "all",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == f"error: livecodebench: {bad}:2: malformed JSON line (Expecting property name " \
+                               f"enclosed in double quotes at column 2)"
+    assert not (tmp_path / "o").exists()
+
+
+def test_lm_eval_sampling_flags_pass_through_or_are_refused(tmp_path):
+    from eval.lm_eval_bridge import gen_kwargs, run_lm_eval
+    assert gen_kwargs() is None
+    assert gen_kwargs(temperature=0.6, top_p=0.95, max_tokens=512) == {"temperature": 0.6, "do_sample": True,
+                                                                       "top_p": 0.95, "max_gen_toks": 512}
+    assert gen_kwargs(temperature=0.0) == {"temperature": 0.0, "do_sample": False}
+    with pytest.raises(ValueError, match="each task sets its own repeats"):
+        run_lm_eval("m", ["t"], tmp_path, n=4)
+    with pytest.raises(SystemExit, match="--n cannot be passed to lm-eval tasks"):
+        run.main(["--model", "m", "--lm-eval-tasks", "gsm8k", "--n", "4", "--out", str(tmp_path / "o")])

@@ -3,7 +3,7 @@
 A benchmark knows how to load its problems (from a path, or its default location), how to render a problem
 into the question text a template wraps, and how to grade one response. Generation defaults follow the paper
 (avg@32 at temperature 0.6 for math). The version string changes whenever loading or grading changes, and is
-written next to every score.
+written next to every score, with the data source (``describe``) and a fingerprint of the problems.
 """
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from scoring.verdict import Verdict
+
+# Verdicts that are not a grade: the grader crashed, its sandbox could not run, or it ran out of its own time
+# (math-verify's hard limit). They are counted and shown, never scored (excluded from every average), a run that
+# has any exits non-zero unless asked otherwise, and a resumed run grades those samples again.
+GRADER_ERROR = "grader_error"
+UNGRADED_VERDICTS = (GRADER_ERROR, "timeout")
 
 
 @dataclass(frozen=True)
@@ -32,3 +38,8 @@ class Benchmark:
     default_template: str = "qwen-math"
     generation: dict = field(default_factory=lambda: {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096})
     description: str = ""
+    # describe(problems, path, **filters) -> dict: where the problems came from (file, release, version...), written
+    # into every result's settings; None: eval.run records the path it was given and a fingerprint of the problems
+    describe: Callable[..., dict] | None = None
+    # keyword filters load() accepts beyond the path (livecodebench: release, start_date, end_date)
+    filters: tuple[str, ...] = ()

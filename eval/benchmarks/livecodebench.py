@@ -39,9 +39,14 @@ with a ```` ```python ```` placeholder, then ``### Answer: (use the provided for
 ``Problem.question`` is that user turn; ``render_prompt(question, tokenizer)`` adds the system turn through the
 tokenizer's chat template (the ``lcb`` template).
 
-**Grading**: the last ```` ```python ```` block of the response (``scoring.code.extract_code``) runs on the
-public then the private tests, 6 s per test (address space capped at 4 GiB), stopping at the first failure
-(``scoring.code.grade_code``).
+**Grading**: the program lcb_runner would extract (``scoring.code.extract_code_lcb``: the last fenced block,
+whole response searched) runs under lcb_runner's harness in the sandbox (``scoring.code.grade_code``, one process
+for all tests, lcb's stdin mock and shared ``Solution()``) on the public then the private tests, 6 s per test
+(address space capped at 4 GiB), stopping at the first failure. docs/graders.md: agreement with lcb_runner
+and every known difference.
+
+**Recorded**: ``python -m eval.run --lcb-release TAG --lcb-start-date D --lcb-end-date D`` select; ``describe``
+is what each result file's settings keep of the data (files, sha256, release, window, ``selection_summary``).
 """
 
 from __future__ import annotations
@@ -59,14 +64,14 @@ from pathlib import Path
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
-from scoring.code import LCB_IMPORT_PRELUDE, extract_code, grade_code
+from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
 from scoring.templates import (FORMAT_WITH_STARTER, FORMAT_WITHOUT_STARTER, SYSTEM_PROMPT, lcb_question as question_text,
                                lcb_prompt as render_prompt)
 
 __all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
-           "tests_of", "question_text", "render_prompt", "selection_summary", "grade"]
+           "tests_of", "question_text", "render_prompt", "selection_summary", "describe", "grade"]
 
-VERSION = "livecodebench-1"
+VERSION = "livecodebench-2"   # 2: lcb_runner's extraction and harness
 DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
@@ -267,7 +272,7 @@ def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", s
 def _label(release: str, start: str | None, end: str | None) -> str:
     s = f"release={release}"
     if start or end:
-        s += f" dates={start or '..'}..{end or '..'}"
+        s += f" dates={start or ''}..{end or ''}"
     return s
 
 
@@ -282,14 +287,36 @@ def selection_summary(problems: list[Problem]) -> str:
 # --------------------------------------------------------------------------------------------- prompt, grade
 
 def grade(response: str, problem: Problem, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> Verdict:
-    """The response's last ```python block on the public then private tests (first failure stops)."""
+    """The program lcb_runner would take from the response (``extract_code_lcb``: the last fenced block, the whole
+    response searched) on the public then private tests, run under lcb_runner's harness in the sandbox
+    (``scoring.code.grade_code``; the first failure stops)."""
     gold = problem.gold
-    return grade_code(extract_code(response), tests_of(problem), kind=gold["kind"], fn_name=gold["fn_name"],
-                      timeout_s=timeout_s, memory_mb=memory_mb, prelude=LCB_IMPORT_PRELUDE)
+    return grade_code(extract_code_lcb(response), tests_of(problem), kind=gold["kind"], fn_name=gold["fn_name"],
+                      timeout_s=timeout_s, memory_mb=memory_mb, prelude=LCB_IMPORT_PRELUDE, harness="lcb")
+
+
+def describe(problems: list[Problem], path: str | os.PathLike | None = None, *, release: str | None = "v6",
+             start_date: str | None = None, end_date: str | None = None) -> dict:
+    """The data source of a selection, for the result files: the folder or file read, the files the problems came
+    from with their sizes and sha256, the release tag and date window, and ``selection_summary``."""
+    import hashlib
+    base = Path(path) if path is not None else _default_path()
+    folder = base if base.is_dir() else base.parent
+    files = {}
+    for name in sorted({p.meta["source"] for p in problems}):
+        f = folder / name
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+        files[name] = {"bytes": f.stat().st_size, "sha256": h.hexdigest()}
+    return {"dataset": "livecodebench/code_generation_lite", "path": str(base.resolve()), "files": files,
+            "release": release if release is not None else "all", "start_date": start_date, "end_date": end_date,
+            "selection": selection_summary(problems)}
 
 
 BENCHMARK = Benchmark(
     name="livecodebench", version=VERSION, kind="code", load=load, grade=grade, default_template="lcb",
-    generation=dict(CODE_GENERATION),
+    generation=dict(CODE_GENERATION), describe=describe, filters=("release", "start_date", "end_date"),
     description="LiveCodeBench code generation (code_generation_lite), default release v6 (175 problems, "
                 "2025-02..2025-04), public + private tests in the sandbox")
