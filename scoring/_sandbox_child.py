@@ -34,6 +34,12 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
 ROOT = "/tmp/r"            # the jail's root, on a tmpfs mounted over /tmp inside the private mount namespace
+HOST_TMP = "/.host-tmp"    # where host paths under /tmp (a checkout or venv there) appear in the jail: its own /tmp
+                           # is a fresh tmpfs. Must match scoring/sandbox.py's jail_path
+
+
+def jail_path(path):
+    return HOST_TMP + path[4:] if path == "/tmp" or path.startswith("/tmp/") else path
 
 _libc = None
 _PRELUDE = None
@@ -71,21 +77,31 @@ def _build_root(spec):
     global _libc
     _libc = ctypes.CDLL(None, use_errno=True)
     jail = spec["jail"]
+    # host paths under /tmp vanish under the tmpfs below: hold each by an O_PATH descriptor first and bind it
+    # through /proc/self/fd, which still names the original
+    held = {}
+    for path in [*jail["ro_dirs"], *(f for f, _ in jail["files"])]:
+        if jail_path(path) != path:
+            held[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+
+    def source(path):
+        return f"/proc/self/fd/{held[path]}" if path in held else path
+
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
     os.mkdir(ROOT, 0o755)
     for link, target in jail["links"]:
         os.makedirs(os.path.dirname(ROOT + link), 0o755, exist_ok=True)
         os.symlink(target, ROOT + link)
     for path in jail["ro_dirs"]:
-        target = ROOT + path
+        target = ROOT + jail_path(path)
         os.makedirs(target, 0o755, exist_ok=True)
-        _mount(path, target, None, MS_BIND | MS_REC)
+        _mount(source(path), target, None, MS_BIND | MS_REC)
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for path, writable in jail["files"]:
-        target = ROOT + path
+        target = ROOT + jail_path(path)
         os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
-        _mount(path, target, None, MS_BIND)
+        _mount(source(path), target, None, MS_BIND)
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC | (0 if writable else MS_RDONLY))
     os.mkdir(ROOT + "/tmp", 0o755)
     os.mkdir(ROOT + "/sandbox", 0o755)
@@ -93,6 +109,8 @@ def _build_root(spec):
     size = spec["disk_bytes"]
     for d, mode in (("/sandbox", "0755"), ("/tmp", "1777"), ("/dev/shm", "1777")):   # shm: multiprocessing locks
         _mount("tmpfs", ROOT + d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode}")
+    for fd in held.values():
+        os.close(fd)
     os.chroot(ROOT)
     os.chdir("/")
 

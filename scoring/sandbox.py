@@ -147,6 +147,15 @@ _IN_FLIGHT = 0
 _CALLS_LOCK = threading.Lock()
 
 
+HOST_TMP = "/.host-tmp"   # must match scoring/_sandbox_child.py
+
+
+def jail_path(path: str) -> str:
+    """Where a host path appears inside the jail: as itself, except under /tmp (the jail's /tmp is a fresh tmpfs),
+    which moves to ``HOST_TMP`` (a checkout or venv under /tmp keeps its packages importable by programs)."""
+    return HOST_TMP + path[4:] if path == "/tmp" or path.startswith("/tmp/") else path
+
+
 def _jail_layout(extra_dirs: Sequence[str] = (), extra_files: Sequence[str] = ()) -> dict:
     """The host paths the jail shows read-only: /usr, the top-level lib/bin links, the standard library (and the
     extra directories and single files a call asks for: a package the programs may import, a harness module)."""
@@ -552,8 +561,9 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         "max_stdout": int(max_output_bytes), "max_stderr": int(max_output_bytes), "max_result": int(max_output_bytes),
         "uid": iso.uid, "gid": SANDBOX_GID if iso.uid is not None else None,
         "cwd": "/sandbox", "disk_bytes": int(disk_mb) << 20,
-        "jail": jail, "cgroup": None, "preimport": preimport, "pythonpath": sys_path,
-        "harness": harness, "load_files": [list(x) for x in load_files],
+        "jail": jail, "cgroup": None, "preimport": preimport,
+        "pythonpath": [jail_path(x) for x in sys_path] if jail else sys_path,
+        "harness": harness, "load_files": [[n, jail_path(x) if jail else x] for n, x in load_files],
         "int_max_str_digits": 50000,   # LiveCodeBench's evaluator sets the same
     }
     global _IN_FLIGHT
