@@ -24,11 +24,11 @@ def _num_params(model=None, model_path: str | None = None) -> int | None:
     if model is not None:
         return sum(p.numel() for p in model.parameters())
     if model_path is not None:
-        import os
         import json
-        cfg = os.path.join(str(model_path), "config.json")
-        if os.path.exists(cfg):
-            c = json.load(open(cfg))
+        from pathlib import Path
+        cfg = Path(model_path) / "config.json"
+        if cfg.exists():
+            c = json.loads(cfg.read_text())
             h, L, V = c.get("hidden_size"), c.get("num_hidden_layers"), c.get("vocab_size")
             inter = c.get("intermediate_size") or (4 * h if h else None)
             if h and L and V and inter:
