@@ -34,7 +34,8 @@ ROLLOUT_SCHEMA = pa.schema([
     ("response_ids", _i32),
     ("response_text", pa.string()),
     ("reward", pa.float32()),
-    ("correct", pa.bool_()),
+    ("correct", pa.bool_()),             # the grader's verdict (pass), unshaped by overlong penalties
+    ("verdict", pa.string()),            # what the grader said (scoring.verdict); grader_error/timeout: ungraded
     ("advantage", pa.float32()),
     ("logp_old", _f32),
     ("logp_behavior", _f32),             # nullable; NaN on non-seed tokens
@@ -46,6 +47,8 @@ ROLLOUT_SCHEMA = pa.schema([
     ("finish_reason", pa.string()),      # stop | length
 ])
 COLUMNS = tuple(ROLLOUT_SCHEMA.names)
+# columns added after the first release: a file written without them still reads
+OPTIONAL = ("verdict",)
 PER_TOKEN = ("logp_old", "logp_behavior", "entropy", "ratio", "clipped_low", "clipped_high", "loss_mask")
 VARIANTS = ("on_policy", "seed", "luffy_off", "stale")
 _STEP_RE = re.compile(r"^step_(\d+)\.parquet$")
@@ -71,7 +74,7 @@ def write_rollouts(rows: Sequence[dict], path: str | os.PathLike) -> None:
 
 def validate_schema(schema: pa.Schema, source: str, columns: Sequence[str] | None = None) -> None:
     """Check that ``schema`` holds the needed columns with compatible types; name the file and column."""
-    needed = COLUMNS if columns is None else columns
+    needed = [c for c in COLUMNS if c not in OPTIONAL] if columns is None else columns
     for name in needed:
         if name not in ROLLOUT_SCHEMA.names:
             raise RecordsError(f"{source}: unknown rollout column '{name}' requested")

@@ -1,12 +1,19 @@
 """The result of grading one response: shared by the math and code graders, the trainer's rewards and ``eval``.
 
 ``verdict`` names what happened (``pass``, ``wrong_answer``, ``no_answer``, ``runtime_error``, ``time_limit``,
-``memory_limit``, ``timeout``); ``correct`` is True only for ``pass``.
+``memory_limit``, ``timeout``, ``grader_error``); ``correct`` is True only for ``pass``.
+
+``UNGRADED_VERDICTS`` are not a grade: the grader crashed, its sandbox could not run, or it ran out of its own time
+(math-verify's hard limit). Evaluation counts and shows them and never scores them; training counts them and keeps
+them out of the update.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+GRADER_ERROR = "grader_error"
+UNGRADED_VERDICTS = (GRADER_ERROR, "timeout")
 
 
 @dataclass(frozen=True)

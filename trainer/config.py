@@ -37,7 +37,10 @@ class Config:
     total_steps: int = 100                # optimizer steps (one rollout batch each; several with mini_batches_per_step)
     # --- model -----------------------------------------------------------------------------------------
     model: str = "tiny:2m"                # HF directory or hub id, or tiny:<size> to build a fresh tiny model
-    dtype: str = "auto"                   # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16
+    dtype: str = "auto"                   # compute dtype of forward/backward: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16
+    master_dtype: str = "float32"         # parameters and AdamW state: float32 (mixed precision: bf16 compute, fp32
+                                          # updates) | bfloat16 (pure bf16, needs dtype=bfloat16: at lr 1e-6 most
+                                          # weights cannot move, the update is below half a bf16 ulp)
     sft_steps: int = 0                    # tiny:<size> only: supervised warm-up on the task first (cached under output_dir/_sft_cache)
     gradient_checkpointing: bool = False
     # --- data and reward -------------------------------------------------------------------------------
@@ -71,7 +74,8 @@ class Config:
     clip_c: float | None = None           # dual-clip bound for negative advantages; null = off
     loss_agg: str = "token-mean"          # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
     adv_scale: str = "std"                # std: (R - mean)/(std + eps); none: R - mean
-    dynamic_sampling: bool = True         # drop zero-variance groups and sample more prompts
+    dynamic_sampling: bool = True         # drop groups whose verdicts are all equal and sample more prompts
+    ungraded: str = "drop_group"          # a row the grader could not grade (grader_error/timeout): drop_group | zero
     max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
     overlong_buffer_tokens: int = 0       # DAPO soft overlong punishment window (0 = off)
     overlong_penalty: float = 1.0         # maximum penalty inside the window
@@ -257,12 +261,21 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.lr_schedule in ("constant", "cosine"), f"lr_schedule must be constant or cosine, got '{cfg.lr_schedule}'")
     _check(cfg.engine in ("hf", "vllm", "auto"), f"engine must be hf, vllm or auto, got '{cfg.engine}'")
     _check(cfg.dtype in ("auto", "float32", "bfloat16"), f"dtype must be auto, float32 or bfloat16, got '{cfg.dtype}'")
+    _check(cfg.master_dtype in ("float32", "bfloat16"),
+           f"master_dtype must be float32 (fp32 master weights and optimizer state) or bfloat16 (pure bf16), got "
+           f"'{cfg.master_dtype}'")
+    _check(cfg.master_dtype != "bfloat16" or cfg.dtype == "bfloat16",
+           f"master_dtype=bfloat16 (pure bf16 weights and optimizer state) needs dtype=bfloat16, got "
+           f"dtype={cfg.dtype}: set dtype=bfloat16, or keep master_dtype=float32")
     _check(cfg.tracker in ("none", "tensorboard", "wandb"), f"tracker must be none, tensorboard or wandb, got '{cfg.tracker}'")
     _check(0.0 <= cfg.clip_low < 1.0 and cfg.clip_high >= 0.0, "clip_low must lie in [0, 1) and clip_high >= 0")
     _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
+    _check(cfg.ungraded in ("drop_group", "zero"),
+           f"ungraded must be 'drop_group' (leave out groups the grader could not grade) or 'zero' (reward 0), "
+           f"got {cfg.ungraded!r}")
     _check(cfg.overlong_buffer_tokens < cfg.max_response_tokens,
            "overlong_buffer_tokens must be smaller than max_response_tokens")
     _check(cfg.behavior_logprobs in ("trainer", "sampler"),

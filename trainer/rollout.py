@@ -23,7 +23,7 @@ import torch
 from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.fsdp import Dist, all_gather_objects
 from trainer.policy import score
-from scoring.rewards import compute_rewards
+from scoring.rewards import grade_responses
 from inference.protocol import Completion
 
 
@@ -45,7 +45,9 @@ class Rollout:
     # log π_sampler of the tokens the engine sampled for this step's update (NaN on seed tokens); None for rows
     # not sampled now (stale, off-policy): the rollout check compares it with the trainer's log-probs
     sampler_logp: list[float] | None = None
-    reward: float = 0.0
+    reward: float = 0.0              # the trained reward: correctness (the grader's verdict) plus overlong shaping
+    correct: bool = False            # the grader's verdict, unshaped (dynamic sampling and records read this)
+    verdict: str = ""                # what the grader said (scoring.verdict); grader_error/timeout: not graded
     advantage: float = 0.0
     response_text: str = ""
 
@@ -240,18 +242,21 @@ class RolloutBuilder:
         return comps
 
     def reward(self, rows: list[Rollout]) -> list[Rollout]:
-        """Decode and score rows (sharded across ranks, then gathered); DAPO overlong shaping when enabled."""
+        """Decode and grade rows (sharded across ranks, then gathered): the verdict, and the reward 1/0 from it
+        plus DAPO's overlong shaping when enabled. An ungraded row (grader_error, grader timeout) gets reward 0
+        here and is the step's to count and leave out (``trainer.train.filter_ungraded``)."""
         cfg, d = self.cfg, self.d
         for r in rows:
             r.response_text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
         mine = list(range(d.rank, len(rows), d.world_size))
-        scores = compute_rewards(cfg.task, [rows[i].response_text for i in mine],
-                                 [self.examples[rows[i].example_idx] for i in mine])
+        verdicts = grade_responses(cfg.task, [rows[i].response_text for i in mine],
+                                   [self.examples[rows[i].example_idx] for i in mine])
         merged = {}
-        for part in all_gather_objects(dict(zip(mine, scores)), d):
+        for part in all_gather_objects({i: (v.correct, v.verdict) for i, v in zip(mine, verdicts)}, d):
             merged.update(part)
         for i, r in enumerate(rows):
-            r.reward = float(merged[i]) + self._overlong_penalty(len(r.response_ids))
+            r.correct, r.verdict = bool(merged[i][0]), str(merged[i][1])
+            r.reward = (1.0 if r.correct else 0.0) + self._overlong_penalty(len(r.response_ids))
         return rows
 
     def _overlong_penalty(self, length: int) -> float:

@@ -55,6 +55,7 @@ from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, cli
                           optimizer_state_dict, shard_model, shutdown)
 from trainer.policy import build_policy, resolve_dtype, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, RolloutBuilder
+from scoring.verdict import UNGRADED_VERDICTS
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -223,13 +224,29 @@ def rollout_logp_check(rows: list[Rollout], records: dict, d: Dist) -> dict:
 
 
 def filter_groups(rows: list[Rollout]) -> tuple[list[Rollout], int]:
-    """Keep groups whose rewards are not all equal (they carry a gradient); return kept rows and dropped count."""
+    """Keep groups whose grader verdicts are not all equal (DAPO's dynamic sampling on accuracy: an all-wrong
+    group of different lengths has no signal even when overlong shaping spreads its rewards); return kept rows
+    and the dropped count."""
     kept, dropped = [], 0
     for g in split_groups(rows):
-        if len({r.reward for r in g}) > 1:
+        if len({r.correct for r in g}) > 1:
             kept.extend(g)
         else:
             dropped += 1
+    return kept, dropped
+
+
+def filter_ungraded(cfg: Config, rows: list[Rollout]) -> tuple[list[Rollout], int]:
+    """``ungraded=drop_group``: leave out every group with a row the grader could not grade (its reward would be a
+    guess); ``zero``: keep them with reward 0. Returns the rows to go on with and the number of groups left out."""
+    if cfg.ungraded == "zero":
+        return rows, 0
+    kept, dropped = [], 0
+    for g in split_groups(rows):
+        if any(r.verdict in UNGRADED_VERDICTS for r in g):
+            dropped += 1
+        else:
+            kept.extend(g)
     return kept, dropped
 
 
@@ -237,21 +254,23 @@ def collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> tuple[list[
     """The step's rows (all of them, for records and zero-advantage statistics) and the rows to train on."""
     rows = builder.collect(step)
     all_rows = list(rows)
+    rows, ungraded = filter_ungraded(cfg, rows)
     if not cfg.dynamic_sampling:
         return all_rows, rows, {"sampling/groups_kept": len(split_groups(rows)), "sampling/groups_dropped": 0,
-                                "sampling/extra_rounds": 0}
+                                "sampling/groups_ungraded": ungraded, "sampling/extra_rounds": 0}
     kept, dropped = filter_groups(rows)
     rounds = 1
     while len(split_groups(kept)) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
         need = cfg.prompts_per_step - len(split_groups(kept))
         more = builder.fresh(builder.loader.next(need), step, round_=rounds)
         all_rows.extend(more)
+        more, ug = filter_ungraded(cfg, more)
         k, dr = filter_groups(more)
         kept.extend(k)
-        dropped += dr
+        dropped, ungraded = dropped + dr, ungraded + ug
         rounds += 1
     return all_rows, kept, {"sampling/groups_kept": len(split_groups(kept)), "sampling/groups_dropped": dropped,
-                            "sampling/extra_rounds": rounds - 1}
+                            "sampling/groups_ungraded": ungraded, "sampling/extra_rounds": rounds - 1}
 
 
 def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], records: dict) -> dict:
@@ -260,7 +279,8 @@ def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], reco
     lens = torch.tensor([len(r.response_ids) for r in all_rows], dtype=torch.float32)
     m = {
         "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(all_rows) > 1 else 0.0,
-        "reward/correct_frac": float((rewards > 0).float().mean()),
+        "reward/correct_frac": sum(r.correct for r in all_rows) / len(all_rows),
+        "reward/ungraded": sum(r.verdict in UNGRADED_VERDICTS for r in all_rows),
         "adv/zero_group_frac": sum(len({r.reward for r in g}) == 1 for g in groups) / max(len(groups), 1),
         "response/len_mean": float(lens.mean()),
         "response/truncated_frac": sum(r.finish_reason == "length" for r in all_rows) / len(all_rows),
@@ -301,7 +321,7 @@ def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict, 
             "trunc_token_id": r.trunc_token_id,
             "trunc_token_text": None if r.trunc_token_id is None else tokenizer.decode([r.trunc_token_id]),
             "prompt_ids": r.prompt_ids, "response_ids": r.response_ids, "response_text": r.response_text,
-            "reward": r.reward, "correct": r.reward > 0, "advantage": r.advantage,
+            "reward": r.reward, "correct": r.correct, "verdict": r.verdict, "advantage": r.advantage,
             "logp_old": rec["logp_old"] if rec else nan, "logp_behavior": r.behavior_logp,
             "entropy": rec["entropy"] if rec else nan, "ratio": rec["ratio"] if rec else nan,
             "clipped_low": rec["clipped_low"] if rec else false, "clipped_high": rec["clipped_high"] if rec else false,

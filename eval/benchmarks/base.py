@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from scoring.verdict import Verdict
-
-# Verdicts that are not a grade: the grader crashed, its sandbox could not run, or it ran out of its own time
-# (math-verify's hard limit). They are counted and shown, never scored (excluded from every average), a run that
-# has any exits non-zero unless asked otherwise, and a resumed run grades those samples again.
-GRADER_ERROR = "grader_error"
-UNGRADED_VERDICTS = (GRADER_ERROR, "timeout")
+# Verdicts that are not a grade (scoring.verdict): counted and shown, never scored (excluded from every average),
+# a run that has any exits non-zero unless asked otherwise, and a resumed run grades those samples again.
+from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
 
 
 @dataclass(frozen=True)
