@@ -361,9 +361,25 @@ def test_task_benchmarks(tmp_path):
     c0 = cd.load()[0]
     assert cd.grade(c0.meta["row"]["solution"], c0).correct and not cd.grade("= 1+1", c0).correct
     f = tmp_path / "add.jsonl"
-    f.write_text(json.dumps({"id": "a1", "prompt": "1+2\n", "answer": "3"}) + "\n" + json.dumps({"id": "a2"}) + "\n")
-    with pytest.raises(ValueError, match=r"add\.jsonl row 2: .*missing \['prompt', 'answer'\]"):
+    # a blank line between the rows: the error names the file's line (3), not the row's index (2)
+    f.write_text(json.dumps({"id": "a1", "prompt": "1+2\n", "answer": "3"}) + "\n\n" + json.dumps({"id": "a2"}) + "\n")
+    with pytest.raises(ValueError, match=r"add\.jsonl:3: .*missing \['prompt', 'answer'\]"):
         add.load(f)
+
+
+@pytest.mark.parametrize("name,good", [("math500", {"unique_id": "x", "problem": "1+1?", "answer": "2"}),
+                                       ("aime24", {"id": 1, "problem": "1+1?", "answer": "2"}),
+                                       ("minerva", {"idx": 0, "problem": "1+1?", "solution": "\\boxed{2}"}),
+                                       ("olympiadbench", {"id": 1, "question": "1+1?", "final_answer": ["2"]})])
+def test_math_benchmark_field_errors_name_the_file_line(tmp_path, name, good):
+    bad = {k: v for k, v in good.items() if k not in ("answer", "solution", "final_answer")}
+    f = tmp_path / "p.jsonl"
+    f.write_text("\n".join([json.dumps(good), "", "", json.dumps(bad)]) + "\n")
+    with pytest.raises(ValueError, match=r"p\.jsonl:4: row has none of the fields"):
+        get_benchmark(name).load(f)
+    f.write_text(json.dumps(good) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: malformed JSON line"):
+        get_benchmark(name).load(f)
 
 
 @pytest.fixture(scope="module")

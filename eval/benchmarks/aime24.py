@@ -13,11 +13,11 @@ VERSION = "aime24-1"
 
 
 def load(path=None) -> list[Problem]:
-    rows, src = load_rows(path, name="aime24", data_dir="aime24", hub_id="HuggingFaceH4/aime_2024",
+    rows, _, wheres = load_rows(path, name="aime24", data_dir="aime24", hub_id="HuggingFaceH4/aime_2024",
                           hub_split="train")
-    return [Problem(id=str(field(r, "id", where=f"{src} row {i + 1}")),
-                    question=field(r, "problem", "question", where=f"{src} row {i + 1}"),
-                    gold=str(field(r, "answer", where=f"{src} row {i + 1}")).strip(),
+    return [Problem(id=str(field(r, "id", where=wheres[i])),
+                    question=field(r, "problem", "question", where=wheres[i]),
+                    gold=str(field(r, "answer", where=wheres[i])).strip(),
                     meta={"url": r.get("url")})
             for i, r in enumerate(rows)]
 

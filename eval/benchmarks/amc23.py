@@ -14,10 +14,10 @@ VERSION = "amc23-1"
 
 
 def load(path=None) -> list[Problem]:
-    rows, src = load_rows(path, name="amc23", data_dir="amc23", hub_id="math-ai/amc23")
-    return [Problem(id=str(field(r, "id", where=f"{src} row {i + 1}")),
-                    question=field(r, "problem", "question", where=f"{src} row {i + 1}"),
-                    gold=normalize_gold(field(r, "answer", where=f"{src} row {i + 1}")),
+    rows, _, wheres = load_rows(path, name="amc23", data_dir="amc23", hub_id="math-ai/amc23")
+    return [Problem(id=str(field(r, "id", where=wheres[i])),
+                    question=field(r, "problem", "question", where=wheres[i]),
+                    gold=normalize_gold(field(r, "answer", where=wheres[i])),
                     meta={"url": r.get("url")})
             for i, r in enumerate(rows)]
 

@@ -13,10 +13,10 @@ VERSION = "math500-1"
 
 
 def load(path=None) -> list[Problem]:
-    rows, src = load_rows(path, name="math500", data_dir="math500", hub_id="HuggingFaceH4/MATH-500")
-    return [Problem(id=str(field(r, "unique_id", where=f"{src} row {i + 1}")),
-                    question=field(r, "problem", where=f"{src} row {i + 1}"),
-                    gold=str(field(r, "answer", where=f"{src} row {i + 1}")),
+    rows, _, wheres = load_rows(path, name="math500", data_dir="math500", hub_id="HuggingFaceH4/MATH-500")
+    return [Problem(id=str(field(r, "unique_id", where=wheres[i])),
+                    question=field(r, "problem", where=wheres[i]),
+                    gold=str(field(r, "answer", where=wheres[i])),
                     meta={"subject": r.get("subject"), "level": r.get("level"), "solution": r.get("solution")})
             for i, r in enumerate(rows)]
 

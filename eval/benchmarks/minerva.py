@@ -31,10 +31,10 @@ def gold_from_solution(solution: str, *, where: str) -> str:
 
 
 def load(path=None) -> list[Problem]:
-    rows, src = load_rows(path, name="minerva", data_dir="minerva_math", hub_id="math-ai/minervamath")
+    rows, _, wheres = load_rows(path, name="minerva", data_dir="minerva_math", hub_id="math-ai/minervamath")
     out = []
     for i, r in enumerate(rows):
-        where = f"{src} row {i + 1}"
+        where = wheres[i]
         gold = r["answer"] if r.get("answer") is not None else gold_from_solution(
             field(r, "solution", where=where), where=where)
         pid = str(field(r, "idx", "id", where=where)) if ("idx" in r or "id" in r) else str(i)

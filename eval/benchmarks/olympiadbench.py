@@ -26,11 +26,11 @@ GOLD_FIXES = {
 
 
 def load(path=None) -> list[Problem]:
-    rows, src = load_rows(path, name="olympiadbench", data_dir="olympiadbench", hub_id="Hothan/OlympiadBench",
+    rows, _, wheres = load_rows(path, name="olympiadbench", data_dir="olympiadbench", hub_id="Hothan/OlympiadBench",
                           hub_config="OE_TO_maths_en_COMP", hub_split="train")
     out = []
     for i, r in enumerate(rows):
-        where = f"{src} row {i + 1}"
+        where = wheres[i]
         pid = str(field(r, "id", where=where))
         final = field(r, "final_answer", where=where)
         gold = final[0] if isinstance(final, list) else final

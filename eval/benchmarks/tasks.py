@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 
 from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.benchmarks.mathbench import read_jsonl
+from eval.benchmarks.mathbench import read_jsonl_located
 
 __all__ = ["ADDITION", "COUNTDOWN", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task"]
 
@@ -30,12 +30,11 @@ def _task(name: str):
 def load_task(path=None, *, task: str, n: int = TEST_SIZE, seed: int = TEST_SEED) -> list[Problem]:
     """Problems of ``task``: from ``path`` (JSONL rows) or ``make_examples(n, seed=seed)``."""
     if path is not None:
-        rows = read_jsonl(path)
-        for i, r in enumerate(rows):
+        rows, wheres = read_jsonl_located(path)
+        for where, r in zip(wheres, rows):
             missing = [k for k in ("id", "prompt", "answer") if k not in r]
             if missing:
-                raise ValueError(f"{path} row {i + 1}: a {task} problem needs fields id, prompt, answer; "
-                                 f"missing {missing}")
+                raise ValueError(f"{where}: a {task} problem needs fields id, prompt, answer; missing {missing}")
     else:
         rows = _task(task).make_examples(n, seed=seed)
     return [Problem(id=str(r["id"]), question=r["prompt"], gold=str(r["answer"]), meta={"task": task, "row": r})
