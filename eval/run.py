@@ -35,6 +35,7 @@ line, exit status 1, before anything is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -356,72 +357,71 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
 
 def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Problem], dict]], out_dir: Path, *,
                    engine: str, seed: int, pool=None, chunk_sequences: int = 512, device=None, dtype=None,
-                   gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, progress: bool = True,
-                   log: Log = _print) -> list[dict]:
+                   gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                   progress: bool = True, log: Log = _print) -> list[dict]:
     """Generate and grade every benchmark for one model. ``benches``: (benchmark, problems, settings) with the
     settings already checked against existing files (``_prepare``), so nothing expensive starts before errors.
+    ``data_parallel_size`` engines (``eval.parallel``), each on ``tensor_parallel_size`` GPUs, share the chunks.
     Returns one report per benchmark with rows (``format_report``), in ``benches`` order."""
-    import torch
-
-    from inference import load_policy, make_sampler, resolve_engine
-    cuda = torch.cuda.is_available()
+    from inference import load_tokenizer, resolve_engine
+    from eval.parallel import EngineSpec, make_generator
     engine = resolve_engine(engine, model_path=spec)
-    if engine == "vllm":   # vLLM loads the weights itself from spec; the HF copy stays on the CPU
-        model, tokenizer = load_policy(spec, device=None, dtype=dtype or "bfloat16")
-        # the KV cache is sized for the longest prompt plus its budget, not the model's whole context
-        longest = max((len(tokenizer(render_prompt(s["template"], p.question, tokenizer), add_special_tokens=False)
-                           ["input_ids"]) + s["max_tokens"] for _, probs, s in benches for p in probs), default=1)
-        sampler = make_sampler(model, tokenizer, engine="vllm", model_path=spec, sync_weights=False,
-                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=longest,
-                               tensor_parallel_size=tensor_parallel_size, max_batch_size=chunk_sequences)
-    else:
-        model, tokenizer = load_policy(spec, device=device or ("cuda" if cuda else None),
-                                       dtype=dtype or ("bfloat16" if cuda else None))
-        sampler = make_sampler(model, tokenizer, engine="hf")
-    try:
-        return _generate_and_grade(sampler, tokenizer, name, benches, out_dir, seed=seed, pool=pool,
-                                   chunk_sequences=chunk_sequences, progress=progress, log=log)
-    finally:
-        close = getattr(sampler, "close", None)
-        if close is not None:
-            close()   # the engine's memory goes back before the next model (or lm-eval) starts
-        del sampler, model
-
-
-def _generate_and_grade(sampler, tokenizer, name: str, benches, out_dir: Path, *, seed: int, pool,
-                        chunk_sequences: int, progress: bool, log: Log) -> list[dict]:
-    from tqdm.auto import tqdm
-
-    reports = []
+    tokenizer = load_tokenizer(spec)
+    work = []   # per benchmark: the problems still to do, their prompts and token ids (tokenized once)
     for bench, problems, settings in benches:
         path = out_dir / name / f"{bench.name}.jsonl"
         todo = _prepare(path, problems, settings)
         _regrade(path, bench, problems, pool, log)
+        prompts = [render_prompt(settings["template"], p.question, tokenizer) for p in todo]
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompts]
+        work.append((bench, settings, path, todo, prompts, ids))
+    # the KV cache is sized for the longest prompt plus its budget, not the model's whole context
+    longest = max((len(x) + w[1]["max_tokens"] for w in work for x in w[5]), default=1)
+    espec = EngineSpec(model=spec, engine=engine, dtype=dtype, device=device,
+                       gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                       max_model_len=longest, max_batch_size=chunk_sequences)
+    # no engine starts when everything is already written; it is closed (memory released) before the next model
+    with (make_generator(espec, data_parallel_size) if any(w[3] for w in work) else contextlib.nullcontext()) as gen:
+        return _generate_and_grade(gen, tokenizer, name, work, seed=seed, pool=pool,
+                                   chunk_sequences=chunk_sequences, progress=progress, log=log)
+
+
+def _generate_and_grade(gen, tokenizer, name: str, work, *, seed: int, pool, chunk_sequences: int, progress: bool,
+                        log: Log) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from eval.parallel import Job
+    reports = []
+    for bench, settings, path, todo, prompts, ids in work:
         path.parent.mkdir(parents=True, exist_ok=True)
-        n, template = settings["n"], settings["template"]
+        n = settings["n"]
         per_chunk = max(1, chunk_sequences // n)
+        starts = list(range(0, len(todo), per_chunk))
+        jobs = (Job(key=k, prompts=[x for x in ids[a:a + per_chunk] for _ in range(n)],
+                    max_new_tokens=settings["max_tokens"], temperature=settings["temperature"],
+                    top_p=settings["top_p"],
+                    seed=zlib.crc32(f"{seed}:{bench.name}:{todo[a].id}:{todo[min(a + per_chunk, len(todo)) - 1].id}"
+                                    .encode()))
+                for k, a in enumerate(starts))
         timeouts = 0
         bar = tqdm(total=len(todo), desc=f"{name} {bench.name}", disable=not progress)
+        t0 = time.perf_counter()
         with open(path, "a", encoding="utf-8") as f:
-            for start in range(0, len(todo), per_chunk):
-                chunk = todo[start:start + per_chunk]
-                prompts = [render_prompt(template, p.question, tokenizer) for p in chunk]
-                ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompts]
-                chunk_seed = zlib.crc32(f"{seed}:{bench.name}:{chunk[0].id}:{chunk[-1].id}".encode())
-                t0 = time.perf_counter()
-                comps = sampler.generate([x for x in ids for _ in range(n)], max_new_tokens=settings["max_tokens"],
-                                         temperature=settings["temperature"], top_p=settings["top_p"], seed=chunk_seed)
+            for k, comps in (gen.run(jobs) if todo else ()):
+                a = starts[k]
+                chunk = todo[a:a + per_chunk]
                 gen_s = time.perf_counter() - t0
-                texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in comps]
+                texts = [tokenizer.decode(tok, skip_special_tokens=True) for tok, _ in comps]
                 responses = [texts[i * n:(i + 1) * n] for i in range(len(chunk))]
-                finish = [[c.finish_reason for c in comps[i * n:(i + 1) * n]] for i in range(len(chunk))]
+                finish = [[fr for _, fr in comps[i * n:(i + 1) * n]] for i in range(len(chunk))]
                 verdicts, qwen, t = grade_responses(bench, chunk, responses, pool=pool)
                 timeouts += t
                 for i, p in enumerate(chunk):
-                    append_row(f, _row(p, prompts[i], responses[i], verdicts[i], None if qwen is None else qwen[i],
-                                       finish[i], settings))
+                    append_row(f, _row(p, prompts[a + i], responses[i], verdicts[i],
+                                       None if qwen is None else qwen[i], finish[i], settings))
                 bar.update(len(chunk))
-                bar.set_postfix(gen_tok_s=f"{sum(len(c.token_ids) for c in comps) / max(gen_s, 1e-9):.0f}")
+                bar.set_postfix(gen_tok_s=f"{sum(len(tok) for tok, _ in comps) / max(gen_s, 1e-9):.0f}")
+                t0 = time.perf_counter()
         bar.close()
         report = _report(name, bench, path, timeouts)
         if report is not None:
@@ -467,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vLLM engine's GPU memory share")
     p.add_argument("--tensor-parallel-size", type=int, default=1,
                    help="vLLM: shard each model over this many GPUs of the node (a 7B model fits one; a 32B needs 2+)")
+    p.add_argument("--data-parallel-size", type=int, default=1,
+                   help="engines, each on --tensor-parallel-size GPUs of the node, sharing the problems (a CPU "
+                        "machine: processes sharing its cores); results equal one engine's")
     p.add_argument("--chunk-sequences", type=int, default=512,
                    help="sequences per generate call (problems per chunk = this // n); results are written per chunk")
     p.add_argument("--grade-timeout", type=float, default=GRADE_TIMEOUT_S,
@@ -567,7 +570,8 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
              samples: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
              limit: int | None = None, seed: int = 0, engine: str = "auto", device: str | None = None,
              dtype: str | None = None, gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
-             chunk_sequences: int = 512, grade_timeout: float = GRADE_TIMEOUT_S, workers: int | None = None,
+             data_parallel_size: int = 1, chunk_sequences: int = 512, grade_timeout: float = GRADE_TIMEOUT_S,
+             workers: int | None = None,
              lm_eval_tasks: Sequence[str] = (), lm_eval_include_path: str | None = None,
              lm_eval_limit: int | None = None, baseline: str | None = None, lcb_release: str | None = None,
              lcb_start_date: str | None = None, lcb_end_date: str | None = None, allow_ungraded: bool = False,
@@ -604,6 +608,17 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
         raise EvalUsageError("--samples grades one file: give exactly one --model NAME and no --lm-eval-tasks")
     if limit is not None and limit < 1:
         raise EvalUsageError(f"--limit must be >= 1, got {limit}")
+    if data_parallel_size < 1 or tensor_parallel_size < 1:
+        raise EvalUsageError(f"--data-parallel-size and --tensor-parallel-size must be >= 1, got "
+                             f"{data_parallel_size} and {tensor_parallel_size}")
+    if samples and data_parallel_size > 1:
+        raise EvalUsageError("--data-parallel-size spreads generation over engines; --samples generates nothing")
+    if data_parallel_size > 1:
+        from eval.parallel import gpu_groups, visible_gpus
+        try:
+            gpu_groups(data_parallel_size, tensor_parallel_size, visible_gpus())
+        except ValueError as e:
+            raise EvalUsageError(str(e)) from None
     if lm_tasks and n is not None:
         raise EvalUsageError("--n cannot be passed to lm-eval tasks (each task sets its own repeats); run the "
                              "lm-eval tasks in a separate call without --n")
@@ -687,8 +702,8 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
                     reports += evaluate_model(spec, name, plan, out, engine=engine, seed=seed, pool=pool,
                                               chunk_sequences=chunk_sequences, device=device, dtype=dtype,
                                               gpu_memory_utilization=gpu_memory_utilization,
-                                              tensor_parallel_size=tensor_parallel_size, progress=progress,
-                                              log=log)
+                                              tensor_parallel_size=tensor_parallel_size,
+                                              data_parallel_size=data_parallel_size, progress=progress, log=log)
                 if lm_tasks:
                     from eval.lm_eval_bridge import run_lm_eval
                     run_lm_eval(spec, lm_tasks, out / name, include_path=lm_eval_include_path,
@@ -720,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             template=args.template, samples=args.samples, problems=args.problems, limit=args.limit, seed=args.seed,
             engine=args.engine, device=args.device, dtype=args.dtype,
             gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
+            data_parallel_size=args.data_parallel_size,
             chunk_sequences=args.chunk_sequences,
             grade_timeout=args.grade_timeout, workers=args.workers,
             lm_eval_tasks=[t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()],

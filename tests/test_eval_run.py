@@ -606,3 +606,63 @@ def test_lm_eval_sampling_flags_pass_through_or_are_refused(tmp_path):
         run_lm_eval("m", ["t"], tmp_path, n=4)
     with pytest.raises(SystemExit, match="--n cannot be passed to lm-eval tasks"):
         run.main(["--model", "m", "--lm-eval-tasks", "gsm8k", "--n", "4", "--out", str(tmp_path / "o")])
+
+
+@pytest.mark.slow
+def test_data_parallel_engines_write_what_one_engine_writes(tiny_model, tmp_path):
+    """--data-parallel-size 2: two HF engine processes share the chunks (4 chunks of 2 problems, sampling at
+    temperature 1); the result file is byte for byte the one engine's, and a resumed run appends nothing."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # each of the 2 engine processes gets cores // 2 threads: the same kernels
+    try:
+        common = ["--model", str(tiny_model), "--benchmarks", "addition", "--n", "4", "--limit", "8",
+                  "--max-tokens", "16", "--temperature", "1.0", "--chunk-sequences", "8", "--no-progress",
+                  "--engine", "hf"]
+        assert run.main(common + ["--out", str(tmp_path / "one")]) == 0
+        assert run.main(common + ["--out", str(tmp_path / "two"), "--data-parallel-size", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    one = (tmp_path / "one" / "tiny-1m" / "addition.jsonl").read_bytes()
+    two = tmp_path / "two" / "tiny-1m" / "addition.jsonl"
+    rows = read_samples(two)
+    assert len(rows) == 8 and len({x for r in rows for x in r["responses"]}) > 8
+    assert two.read_bytes() == one
+    assert run.main(common + ["--out", str(tmp_path / "two"), "--data-parallel-size", "2"]) == 0
+    assert two.read_bytes() == one
+
+
+def test_data_parallel_size_is_checked_before_anything_runs(tiny_model, tmp_path):
+    with pytest.raises(run.EvalUsageError, match="--data-parallel-size and --tensor-parallel-size must be >= 1"):
+        run.run_eval([str(tiny_model)], ["addition"], out=tmp_path, data_parallel_size=0, progress=False)
+    with pytest.raises(run.EvalUsageError, match="--samples generates nothing"):
+        run.run_eval(["m"], ["addition"], out=tmp_path, samples=str(tiny_model / "config.json"),
+                     data_parallel_size=2, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_engine_process_that_cannot_start_or_dies_is_named(tmp_path):
+    from eval.parallel import EngineSpec, EngineWorkerError, Job, ParallelGenerator, gpu_groups
+    from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
+    tok = build_tokenizer()
+    save_pretrained_atomic(build_model("1m", tok, seed=0), tok, tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"not weights")   # the tokenizer loads, the model cannot
+    with pytest.raises(EngineWorkerError, match=r"engine [01] could not start"):
+        ParallelGenerator(EngineSpec(model=str(tmp_path / "m"), engine="hf"), 2)
+    save_pretrained_atomic(build_model("1m", tok, seed=0), tok, tmp_path / "ok")
+    gen = ParallelGenerator(EngineSpec(model=str(tmp_path / "ok"), engine="hf"), 2)
+    try:
+        ids = tok("1+2=", add_special_tokens=False)["input_ids"]
+        jobs = [Job(key=k, prompts=[ids] * 2, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=k) for k in range(3)]
+        got = list(gen.run(jobs))
+        assert [k for k, _ in got] == [0, 1, 2] and all(len(r) == 2 and len(r[0][0]) <= 4 for _, r in got)
+        for p in gen.procs:
+            p.kill()
+        with pytest.raises(EngineWorkerError, match=r"engine \d died \(exit code -9\)"):
+            list(gen.run(jobs))
+    finally:
+        gen.close()
+    assert gpu_groups(2, 2, ["0", "1", "2", "3", "4"]) == [["0", "1"], ["2", "3"]]
+    assert gpu_groups(3, 1, []) is None
+    with pytest.raises(ValueError, match="needs 4 GPUs, but 3 are visible"):
+        gpu_groups(2, 2, ["0", "1", "2"])

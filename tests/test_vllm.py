@@ -67,6 +67,18 @@ def _tokens_for_the_check(run: dict) -> list[int]:
     return [t for t, g in zip(run["logp_tokens"], run["grad_norm"]) if g is not None and t is not None]
 
 
+def test_eval_data_parallel_engines_write_what_one_engine_writes(tmp_path):
+    """Two vLLM engine processes sharing four chunks of problems, sampling at temperature 1, write the file one
+    engine writes: same problems in the same order, same responses, same verdicts."""
+    r = _scenario("eval_data_parallel", tmp_path)
+    one, two = r["1"], r["2"]
+    assert len(one["ids"]) == 8 and two["ids"] == one["ids"]
+    assert sum(len(x) for x in one["responses"]) == 32
+    assert len({x for resp in one["responses"] for x in resp}) > 8, "sampling at temperature 1 should vary"
+    assert two["responses"] == one["responses"] and two["verdicts"] == one["verdicts"]
+    assert two["avg"] == one["avg"]
+
+
 def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(tmp_path, sft_policy_dir):
     r = _scenario("train_runs", tmp_path, str(sft_policy_dir))
     for name in ("dapo", "seeds", "seeds_sampler", "m2po"):

@@ -142,6 +142,23 @@ def eval_and_relay(out: Path) -> dict:
     return res
 
 
+def eval_data_parallel(out: Path) -> dict:
+    """``eval.run --engine vllm`` with one engine and with two engine processes sharing the chunks, sampling at
+    temperature 1: the same result file."""
+    from eval.run import run_eval
+    tok = build_tokenizer()
+    save_pretrained_atomic(build_model("1m", tok, seed=0), tok, out / "m")
+    res = {}
+    for dp in (1, 2):
+        ev = run_eval([str(out / "m")], ["addition"], out=out / f"dp{dp}", n=4, temperature=1.0, max_tokens=16,
+                      limit=8, chunk_sequences=8, engine="vllm", data_parallel_size=dp, progress=False,
+                      log=lambda m: None)
+        rows = [json.loads(line) for line in (out / f"dp{dp}" / "m" / "addition.jsonl").open()]
+        res[dp] = {"ids": [r["problem_id"] for r in rows], "responses": [r["responses"] for r in rows],
+                   "verdicts": [r["verdicts"] for r in rows], "avg": ev["reports"][0]["avg"]}
+    return res
+
+
 TRAIN_RUNS = {   # name -> overrides; each trains 3 steps from the warmed policy at a high learning rate
     "dapo": [],
     "seeds": ["algorithm=seeds", "seed_refresh_interval=2", "seed_ratio=0.5"],
@@ -171,7 +188,8 @@ def train_runs(out: Path, policy: str) -> dict:
     return res
 
 
-SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "broken_sync": broken_sync, "eval_and_relay": eval_and_relay}
+SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "broken_sync": broken_sync, "eval_and_relay": eval_and_relay,
+             "eval_data_parallel": eval_data_parallel}
 
 if __name__ == "__main__":
     name, out = sys.argv[1], Path(sys.argv[2])
