@@ -346,6 +346,8 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
             _append_jsonl(res_path, recs)
             results.update({r["problem_id"]: r for r in recs})
         del model
+    if sampler is not None and hasattr(sampler, "close"):
+        sampler.close()   # a vLLM engine's memory goes back now, not when the process ends
     sampler = None
 
     # -- tables over the selected problems --
