@@ -10,6 +10,9 @@ Output: ``runs/demo`` (full: 6.2 minutes on 2 idle cores, measured; 9.5 before t
 one busy core then) or
 ``runs/demo-quick`` (``--quick``, the same pipeline at toy size: 1.8 minutes on 2 idle cores), or ``--out DIR``.
 Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
+
+``python -m demo --premise [options of python -m demo.premise]``: the paper's premise instead (RL narrows the
+policy, the relay; countdown, about 30 minutes on 2 cores; ``runs/premise`` and ``docs/premise.md``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default: 2 when the cores are idle, else 1; with other jobs on the cores "
                         "2 threads ran several times slower than 1)")
     p.add_argument("--progress", action="store_true", help="progress bars of the training runs")
+    p.add_argument("--premise", action="store_true",
+                   help="run demo.premise instead (the other options are then those of python -m demo.premise)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--premise" in argv:
+        from demo.premise import main as premise_main
+        return premise_main([a for a in argv if a != "--premise"])
     args = build_parser().parse_args(argv)
     budget = BUDGETS["quick" if args.quick else "full"]
     out = args.out or ("runs/demo-quick" if args.quick else "runs/demo")

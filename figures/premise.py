@@ -1,0 +1,151 @@
+"""The premise figures (issue #16, paper §3): does on-policy RL narrow the policy in the miniature?
+
+Inputs are the cached tables ``demo.premise`` writes under ``<out>/tables/`` (:func:`load_tables` reads them):
+
+- ``passk_curves.csv``: model (warmup | early | final), k, pass, low, high (pass@k as a fraction, 95 % bootstrap
+  interval over problems);
+- ``passk_diff.csv``: model (early | final), k, diff, low, high (paired bootstrap of model − warm-up);
+- ``crossover.json``: {model: {crossover_k, low, high, ...}} (``demo.premise.crossover_table``);
+- ``entropy_positions.csv``: step, position, entropy, tokens (on-policy rollouts of seed 0).
+
+The relay figure is ``figures.fig2_relay.plot_relay_passk`` on ``relay_passk.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from .style import COLORS, figure_style, new_figure
+
+__all__ = ["load_tables", "plot_passk_curves", "plot_entropy", "MODEL_COLORS", "MODEL_LABELS"]
+
+MODEL_COLORS = {"warmup": "#555555", "early": "#E69F00", "final": "#0072B2"}
+MODEL_LABELS = {"warmup": "supervised warm-up", "early": "on-policy, early checkpoint",
+                "final": "on-policy, final checkpoint"}
+
+
+def load_tables(out: str | os.PathLike) -> dict:
+    """{name: DataFrame or dict} of every table under ``<out>/tables`` (``<out>`` itself when it is that folder)."""
+    from .load import resolve_dir
+
+    root = resolve_dir(out)
+    if (root / "tables").is_dir():
+        root = root / "tables"
+    if not root.is_dir():
+        raise FileNotFoundError(f"no premise tables under '{out}': run `python -m demo --premise --out {out}`")
+    tables = {}
+    for f in sorted(root.iterdir()):
+        if f.suffix == ".csv":
+            tables[f.stem] = pd.read_csv(f)
+        elif f.suffix == ".json":
+            tables[f.stem] = json.loads(f.read_text())
+    print(f"premise tables from {root}: {', '.join(sorted(tables))}")
+    return tables
+
+
+def _log2_axis(ax, ks) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(k) for k in ks})
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel("k (samples per problem)")
+
+
+def _fmt_k(x: float) -> str:
+    return "> grid" if math.isinf(x) else f"{x:.1f}"
+
+
+def plot_passk_curves(curves: pd.DataFrame, diff: pd.DataFrame | None = None,
+                      crossover: Mapping | None = None, *, title: str | None = None) -> Figure:
+    """(a) pass@k against k for warm-up / early / final with 95 % bands; (b) the paired difference of each RL
+    checkpoint to the warm-up (percentage points) with the crossover k (where final − warm-up turns <= 0) and its
+    bootstrap interval marked."""
+    with figure_style():
+        ncols = 1 if diff is None else 2
+        fig, axes = new_figure(1, ncols, figsize=(6.2 * ncols, 4.3))
+        ax = axes[0, 0]
+        for name in [m for m in MODEL_COLORS if m in set(curves["model"])]:
+            d = curves[curves["model"] == name].sort_values("k")
+            k = d["k"].to_numpy(float)
+            c = MODEL_COLORS[name]
+            ax.fill_between(k, 100 * d["low"], 100 * d["high"], color=c, alpha=0.18, linewidth=0)
+            ax.plot(k, 100 * d["pass"], marker="o", color=c, label=MODEL_LABELS[name])
+        _log2_axis(ax, curves["k"])
+        ax.set_ylabel("pass@k on the held-out split (%)")
+        ax.set_title("(a) pass@k (unbiased estimator; 95 % bootstrap over problems)", loc="left")
+        ax.legend(loc="lower right")
+        if diff is not None:
+            ax = axes[0, 1]
+            for name in ("early", "final"):
+                d = diff[diff["model"] == name].sort_values("k")
+                if d.empty:
+                    continue
+                k = d["k"].to_numpy(float)
+                c = MODEL_COLORS[name]
+                ax.fill_between(k, 100 * d["low"], 100 * d["high"], color=c, alpha=0.18, linewidth=0)
+                ax.plot(k, 100 * d["diff"], marker="o", color=c, label=f"{name} − warm-up")
+            ax.axhline(0.0, color=COLORS["zero"], linewidth=0.9, linestyle="--", zorder=1)
+            _log2_axis(ax, diff["k"])
+            ax.set_ylabel("pass@k minus the warm-up's (points)")
+            cx = (crossover or {}).get("final")
+            sub = "(b) RL checkpoint − warm-up (paired)"
+            if cx is not None:
+                kmin, kmax = float(diff["k"].min()), float(diff["k"].max())
+                est, lo, hi = cx["crossover_k"], cx["low"], cx["high"]
+                if math.isfinite(est) and est > kmin:
+                    ax.axvline(est, color=MODEL_COLORS["final"], linewidth=1.2, linestyle=":")
+                    ax.axvspan(max(lo, kmin), min(hi, kmax) if math.isfinite(hi) else kmax,
+                               color=MODEL_COLORS["final"], alpha=0.08, linewidth=0)
+                    sub += f"\nfinal falls below the warm-up at k = {est:.1f} [{_fmt_k(lo)}, {_fmt_k(hi)}]"
+                elif math.isinf(est):
+                    sub += f"\nno crossover up to k = {int(kmax)} (95 %: [{_fmt_k(lo)}, {_fmt_k(hi)}])"
+                else:
+                    sub += "\nfinal never above the warm-up"
+            ax.set_title(sub, loc="left")
+            ax.legend(loc="best")
+        if title:
+            fig.suptitle(title)
+    return fig
+
+
+def plot_entropy(entropy: pd.DataFrame, *, max_lines: int = 5, title: str | None = None) -> Figure:
+    """(a) mean policy entropy per response position for a few training steps (first to last); (b) the token-mean
+    entropy of each step's on-policy rollouts against the step."""
+    import matplotlib as mpl
+
+    with figure_style():
+        fig, axes = new_figure(1, 2, figsize=(12.0, 4.0))
+        if entropy.empty:   # no group with mixed rewards was trained on: no entropy was recorded
+            for ax in axes[0]:
+                ax.text(0.5, 0.5, "no trained tokens: no entropy recorded", ha="center", va="center",
+                        transform=ax.transAxes)
+            return fig
+        steps = sorted(entropy["step"].unique())
+        pick = sorted({steps[int(round(i))] for i in np.linspace(0, len(steps) - 1, min(max_lines, len(steps)))})
+        cmap = mpl.colormaps["viridis"]
+        ax = axes[0, 0]
+        for i, s in enumerate(pick):
+            d = entropy[(entropy["step"] == s) & (entropy["tokens"] >= 20)].sort_values("position")
+            ax.plot(d["position"], d["entropy"], color=cmap(i / max(1, len(pick) - 1)), label=f"step {s + 1}")
+        ax.set_xlabel("response position (token)")
+        ax.set_ylabel("mean entropy (nats)")
+        ax.set_title("(a) entropy by position (positions with >= 20 tokens)", loc="left")
+        ax.legend(loc="upper right", title="RL step")
+        ax = axes[0, 1]
+        w = entropy.assign(w=entropy["entropy"] * entropy["tokens"]).groupby("step")[["w", "tokens"]].sum()
+        ax.plot(w.index + 1, w["w"] / w["tokens"], color=COLORS["entropy"], marker=".")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("token-mean entropy (nats)")
+        ax.set_title("(b) entropy of the on-policy rollouts over training", loc="left")
+        if title:
+            fig.suptitle(title)
+    return fig

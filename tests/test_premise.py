@@ -1,0 +1,199 @@
+"""demo/premise.py (issue #16): the estimators and the crossover on hand-made numbers, then the whole premise
+regime at a toy budget in a temporary folder (warm-up, two methods, eval, relay, tables, figures, page, the
+notebook), its numbers checked against brute-force recomputations from the files it wrote, and a rerun that
+must skip every finished piece."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contracts.passk import pass_at_k
+from demo.pipeline import DemoError
+from demo.premise import (TOY, canonical_solution, crossover_k, crossover_table, distinct_correct, passk_ks,
+                          passk_matrix, prepare_out, run_premise)
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# ---- pure pieces ------------------------------------------------------------------------------------------------
+def brute_pass_at_k(correct: list[bool], k: int) -> float:
+    """The fraction of all k-subsets of the samples holding at least one correct sample."""
+    subsets = list(itertools.combinations(range(len(correct)), k))
+    return sum(any(correct[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n,c", [(8, 0), (8, 1), (8, 3), (8, 8), (10, 2), (12, 5)])
+def test_unbiased_pass_at_k_equals_the_brute_force_subset_average(n, c):
+    correct = [True] * c + [False] * (n - c)
+    for k in range(1, n + 1):
+        assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(correct, k), abs=1e-12)
+    m = passk_matrix(np.array([n, n]), np.array([c, 0]), passk_ks(n))
+    assert m.shape == (2, len(passk_ks(n)))
+    assert np.all(np.diff(m[0]) >= -1e-12) and np.all(m[1] == 0)   # monotone in k
+
+
+def test_passk_grid():
+    assert passk_ks(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert passk_ks(12) == [1, 2, 4, 8, 12]
+
+
+def test_crossover_on_hand_made_curves():
+    ks = [1, 2, 4, 8]
+    # +10, +5, -5: the sign changes between k = 2 and 4, at 5 / (5 + 5) = half way in log2 k -> 2 ** 1.5
+    assert crossover_k(ks, [0.10, 0.05, -0.05, -0.10]) == pytest.approx(2 ** 1.5)
+    assert crossover_k(ks, [0.10, 0.0, -0.05, -0.1]) == pytest.approx(2.0)       # exactly zero at a grid point
+    assert crossover_k(ks, [0.10, 0.08, 0.06, 0.01]) == math.inf               # never crosses inside the grid
+    assert crossover_k(ks, [-0.01, 0.02, 0.03, 0.04]) == 1.0                   # the final model never leads
+    assert crossover_k(ks, [0.30, 0.10, -0.10, 0.05]) == pytest.approx(2 ** 1.5)   # the FIRST crossing
+
+
+def test_crossover_table_point_interval_and_paired_differences():
+    rng = np.random.default_rng(0)
+    ks = [1, 2, 4, 8]
+    P = 300
+    warm = np.tile([0.2, 0.35, 0.55, 0.75], (P, 1)) + rng.normal(0, 0.05, (P, 4))
+    final = warm + np.array([0.10, 0.05, -0.05, -0.10]) + rng.normal(0, 0.05, (P, 4))
+    ct = crossover_table(warm, final, ks)
+    assert ct["crossover_k"] == pytest.approx(crossover_k(ks, (final - warm).mean(axis=0)))
+    assert 2.0 < ct["low"] <= ct["crossover_k"] <= ct["high"] < 4.0
+    assert ct["frac_within_grid"] == 1.0 and ct["frac_final_never_leads"] == 0.0
+    for j, row in enumerate(ct["per_k"]):
+        assert row["k"] == ks[j]
+        assert row["diff"] == pytest.approx((final - warm)[:, j].mean())
+        assert row["low"] < row["diff"] < row["high"]
+    same = crossover_table(warm, warm, ks)
+    assert same["crossover_k"] == 1.0 and same["frac_final_never_leads"] == 1.0
+
+
+def test_canonical_solution_counts_like_the_solver():
+    # operand order of + and * does not make a new solution ...
+    assert canonical_solution("8*3=24\n24-4=20\n= (8*3)-4") == canonical_solution("= (3*8)-4")
+    assert canonical_solution("= (4*3)+8") == canonical_solution("= 8+(3*4)")
+    # ... a different tree does (the solver counts (a+b)+c and a+(b+c) as two expressions)
+    assert canonical_solution("= (1+2)+3") != canonical_solution("= 1+(2+3)")
+    assert canonical_solution("= (8-3)*4") != canonical_solution("= (8*3)-4")
+    assert canonical_solution("= 10-5-2") == canonical_solution("= (10-5)-2")   # left-associative
+    for bad in ("", "8*3=24", "= (8*3", "= 8*"):
+        assert canonical_solution(bad) is None
+
+
+def test_distinct_correct_counts_distinct_correct_expressions_only():
+    rows = [{"problem_id": "b", "responses": ["= 8+(3*4)", "= (4*3)+8", "= (8-3)*4", "= 1+1"],
+             "correct": [True, True, True, False]},
+            {"problem_id": "a", "responses": ["= 2+2", "x"], "correct": [False, False]}]
+    assert distinct_correct(rows).tolist() == [0, 2]   # sorted by problem id: a, then b
+
+
+# ---- the toy regime, end to end ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("premise")
+    out, doc = root / "out", root / "docs" / "premise.md"
+    logs: list[str] = []
+    res = run_premise(TOY, out, doc=doc, log=logs.append)
+    return out, doc, res, logs
+
+
+def test_toy_regime_writes_every_table_figure_and_the_page(toy):
+    out, doc, res, _ = toy
+    for name in ("passk_curves", "passk_diff", "distinct", "methods", "entropy_positions", "relay_passk"):
+        assert (out / "tables" / f"{name}.csv").is_file(), name
+    assert set(json.loads((out / "tables" / "crossover.json").read_text())) == {"early", "final"}
+    for name in ("premise_passk", "premise_entropy", "premise_relay"):
+        png = (out / "figures" / f"{name}.png").read_bytes()
+        assert png[:8] == PNG_MAGIC and len(png) > 5000
+        assert (doc.parent / "premise" / f"{name}.png").is_file()
+    page = doc.read_text()
+    for section in ("## Does RL narrow the policy?", "**Crossover**", "## Relay (Figure 2)", "## Methods table",
+                    "## Cost", "## Grid searched", "premise/premise_passk.png"):
+        assert section in page, section
+
+
+def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
+    from eval.samples import read_samples
+
+    out, _, _, _ = toy
+    curves = pd.read_csv(out / "tables" / "passk_curves.csv")
+    ks = passk_ks(TOY.eval_n)
+    for model, folder in (("warmup", "warmup"), ("early", "early"), ("final", "onpolicy-seed0")):
+        rows = read_samples(out / "eval" / folder / "countdown.jsonl")
+        assert len(rows) == TOY.heldout and all(len(r["correct"]) == TOY.eval_n for r in rows)
+        d = curves[curves["model"] == model].sort_values("k")
+        assert d["k"].tolist() == ks
+        brute = [np.mean([brute_pass_at_k(r["correct"], k) for r in rows]) for k in ks]
+        assert d["pass"].to_numpy() == pytest.approx(brute, abs=1e-9)
+        assert np.all(np.diff(d["pass"].to_numpy()) >= -1e-12)                  # monotone in k
+        assert np.all(d["low"] <= d["pass"] + 1e-12) and np.all(d["pass"] <= d["high"] + 1e-12)
+    cross = json.loads((out / "tables" / "crossover.json").read_text())
+    w = curves[curves["model"] == "warmup"].sort_values("k")["pass"].to_numpy()
+    f = curves[curves["model"] == "final"].sort_values("k")["pass"].to_numpy()
+    assert cross["final"]["crossover_k"] == crossover_k(ks, f - w)
+    methods = pd.read_csv(out / "tables" / "methods.csv")
+    assert sorted(zip(methods["method"], methods["seed"])) == [("onpolicy", 0), ("seeds_ratio", 0)]
+    on = methods[methods["method"] == "onpolicy"].iloc[0]
+    assert on[f"pass@{TOY.eval_n}"] == pytest.approx(f[-1])
+    relay = pd.read_csv(out / "tables" / "relay_passk.csv")
+    assert relay["k"].tolist() == [1, 2, 4, 8]
+    ent = pd.read_csv(out / "tables" / "entropy_positions.csv") if (out / "tables" / "entropy_positions.csv").stat().st_size > 1 else None
+    if ent is not None and len(ent):
+        assert set(ent["step"]) <= set(range(TOY.total_steps)) and (ent["entropy"] >= 0).all()
+
+
+def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
+    out, doc, _, _ = toy
+    run_file = out / "runs" / "onpolicy-seed0" / "metrics.jsonl"
+    eval_file = out / "eval" / "onpolicy-seed0" / "countdown.jsonl"
+    before = (run_file.stat().st_mtime_ns, eval_file.read_text())
+    logs: list[str] = []
+    run_premise(TOY, out, doc=doc, log=logs.append)
+    skipped = {m.split(":")[0] for m in logs if "finished run exists, skipped" in m}
+    assert skipped == {"onpolicy-seed0", "seeds_ratio-seed0"}
+    assert not any(": done in " in m for m in logs)                              # nothing was trained again
+    assert not any("early phase" in m or "final phase" in m for m in logs)     # the relay is cached too
+    assert (run_file.stat().st_mtime_ns, eval_file.read_text()) == before
+    with pytest.raises(DemoError, match="another budget"):
+        prepare_out(out, replace(TOY, lr=1e-3), fresh=False, log=lambda m: None)
+
+
+def test_the_notebook_draws_the_three_figures_from_the_tables(toy, monkeypatch):
+    import base64
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    out, _, _, _ = toy
+    nb = nbformat.read(REPO / "notebooks" / "premise.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code)
+    assert "parameters" in code[0].metadata.get("tags", []) and "THINKING_SEEDS_PREMISE" in code[0].source
+    body = "\n".join(c.source for c in code[1:])
+    assert "load_tables" in body and "plot_" in body and "for " not in body and "def " not in body
+    monkeypatch.setenv("THINKING_SEEDS_PREMISE", str(out))
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if o.output_type in ("display_data", "execute_result") and "image/png" in o.data]
+    assert len(images) == 3
+    assert all(base64.b64decode(i.data["image/png"])[:8] == PNG_MAGIC for i in images)
+
+
+def test_demo_premise_flag_reaches_the_premise_command():
+    proc = subprocess.run([sys.executable, "-m", "demo", "--premise", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0 and "python -m demo.premise" in proc.stdout and "--budget" in proc.stdout
