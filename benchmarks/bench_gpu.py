@@ -10,11 +10,14 @@ does all its work; ``ignore_eos`` makes every response exactly ``max_tokens`` lo
 1. Rollout: ``VLLMSampler`` (when vLLM is installed) vs ``HFSampler`` on the same GPU, same prompts, batch and
    ``new_tokens``, EOS ignored; tokens/s. The model is saved once as a Hugging Face directory without tokenizer
    files, so vLLM runs with ``skip_tokenizer_init`` (token ids in and out).
-2. Trainer: ``trainer.train.train`` in bf16 for 2T steps with ``algorithm=seeds`` (ratio 0.5, T = 8) and with
+2. Trainer: ``trainer.train.train`` with bf16 compute and fp32 master weights (``master_dtype`` float32, the
+   default: the model is built in fp32, ``shard_model`` casts for forward/backward, vLLM samples in bf16) for 2T steps with ``algorithm=seeds`` (ratio 0.5, T = 8) and with
    ``algorithm=dapo``, each in a fresh interpreter; the first cycle is warm-up (engine start-up, CUDA graphs,
    allocator) and the mean ``time/step_s`` over the second cycle is the sample. Engine: vLLM when installed and
    one GPU, else the HF sampler. With 2+ GPUs the runs go through ``torchrun`` so FSDP2 shards the model (one
    rank per GPU, HF engine); with one GPU FSDP2 is a no-op (world size 1) and the number is the plain step.
+   Each run also reports its peak GPU memory (``torch.cuda.max_memory_allocated`` and ``_reserved`` of the process
+   that trains and hosts the engine, rank 0).
 
 The trainer child hands ``trainer.train.train`` two builders instead of patching anything: ``policy_builder``
 (a Qwen2 model from the config above, with the character tokenizer, instead of a checkpoint directory) and
@@ -129,11 +132,15 @@ def rollout_run(*, spec: str, batch: int, prompt_len: int, new_tokens: int, repe
 
 
 def cycle_run(*, spec: str, algorithm: str, engine: str, prompts: int, samples: int, max_tokens: int, T: int,
-              seed_ratio: float, micro_batch_size: int, device: str = "auto", dtype: str = "bfloat16") -> dict:
-    """2T trainer steps; the second refresh cycle's per-step times (the first is warm-up)."""
+              seed_ratio: float, micro_batch_size: int, device: str = "auto", dtype: str = "bfloat16",
+              master_dtype: str = "float32") -> dict:
+    """2T trainer steps; the second refresh cycle's per-step times (the first is warm-up) and peak GPU memory."""
+    import torch
+
     from benchmarks.bench_trainer_vs_trl import ours_run
     over = {"algorithm": algorithm, "ignore_eos": True, "seed_refresh_interval": T, "seed_ratio": seed_ratio,
-            "seed_rule": "ratio", "engine": engine, "dtype": dtype, "micro_batch_size": micro_batch_size,
+            "seed_rule": "ratio", "engine": engine, "dtype": dtype, "master_dtype": master_dtype,
+            "micro_batch_size": micro_batch_size,
             "micro_batch_tokens": 0,
             "vllm_gpu_memory_utilization": 0.4}
     out = ours_run(size="2m", prompts=prompts, samples=samples, max_tokens=max_tokens, steps=2 * T, overrides=over,
@@ -142,8 +149,11 @@ def cycle_run(*, spec: str, algorithm: str, engine: str, prompts: int, samples: 
     if not out:   # a non-zero torchrun rank
         return {}
     m = out["metrics"][T:]
+    cuda = torch.cuda.is_available()
     return {"step_s": [x["time/step_s"] for x in m], "gen_s": [x["time/gen_s"] for x in m],
-            "train_s": [x["time/train_s"] for x in m], "generated": [x["tokens/generated"] for x in m]}
+            "train_s": [x["time/train_s"] for x in m], "generated": [x["tokens/generated"] for x in m],
+            "peak_allocated_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
+            "peak_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if cuda else None}
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -192,7 +202,8 @@ def run(ctx) -> BenchResult:
                                        {**kw, "spec": p["spec"], "algorithm": alg, "engine": engine},
                                        timeout=1200, launcher=launcher)
                 outs[alg].append(o)
-                ctx.log(f"  gpu {alg}: {statistics.mean(o['step_s']):.3f} s/step")
+                ctx.log(f"  gpu {alg}: {statistics.mean(o['step_s']):.3f} s/step, peak GPU memory "
+                        f"{o['peak_allocated_gb']:.1f} GB allocated / {o['peak_reserved_gb']:.1f} GB reserved")
     except Exception as e:
         res.info["trainer_error"] = str(e)[-2000:]
     if outs["seeds"] and outs["dapo"]:
@@ -202,6 +213,8 @@ def run(ctx) -> BenchResult:
         for alg in ("seeds", "dapo"):
             for k in ("gen_s", "train_s"):
                 res.sides.append(Side(f"{alg} {k}", "s/step", [statistics.mean(o[k]) for o in outs[alg]]))
+            for k in ("peak_allocated_gb", "peak_reserved_gb"):
+                res.sides.append(Side(f"{alg} {k}", "GB", [o[k] for o in outs[alg]]))
         res.checks.append(Check("seeds / dapo seconds per step (GPU)", ratio(s.median, d.median), "<=", TARGET_SEEDS,
                                 "median of cycle means, second cycle"))
         res.info["token_ratio"] = ratio(sum(outs["seeds"][0]["generated"]), sum(outs["dapo"][0]["generated"]))

@@ -18,8 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks import (bench_binning, bench_engines, bench_gpu, bench_graders, bench_sampler_vs_generate,
-                        bench_scaling, bench_seeds_overhead, bench_trainer_vs_trl)
+from benchmarks import (bench_binning, bench_engines, bench_gpu, bench_graders, bench_logprob_memory,
+                        bench_sampler_vs_generate, bench_scaling, bench_seeds_overhead, bench_trainer_vs_trl)
 from benchmarks.common import (THREADS, BenchResult, Context, load_snapshot, machine_info, markdown_table,
                                result_markdown, result_text)
 
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "seeds_overhead": bench_seeds_overhead,
     "engines": bench_engines,
     "gpu": bench_gpu,
+    "logprob_memory": bench_logprob_memory,
 }
 
 

@@ -111,9 +111,11 @@ class VLLMSampler:
         import vllm
         self._vllm = vllm
         path = model_path or getattr(model, "name_or_path", None) or ""
+        self._tmp_dir = None
         if not os.path.isdir(path):
-            # an in-memory module (or a hub id): give vLLM a local directory with the architecture and tokenizer
-            path = tempfile.mkdtemp(prefix=f"ts_vllm_r{rank}_")
+            # an in-memory module (or a hub id): give vLLM a local directory with the architecture and tokenizer;
+            # deleted by close() (the trainer passes hub models as their local snapshot, so it never lands here)
+            path = self._tmp_dir = tempfile.mkdtemp(prefix=f"ts_vllm_r{rank}_")
             model.save_pretrained(path)
             if tokenizer is not None:
                 tokenizer.save_pretrained(path)
@@ -230,11 +232,15 @@ class VLLMSampler:
     def close(self) -> None:
         """Release the engine (its weights and KV cache) so that another engine or model can take the memory."""
         import gc
+        import shutil
         llm, self.llm = getattr(self, "llm", None), None
         del llm
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+        if getattr(self, "_tmp_dir", None):
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+            self._tmp_dir = None
 
     def sleep(self) -> None:
         """Free the engine's GPU memory (weights and KV cache) while the trainer updates; no-op without sleep

@@ -1,54 +1,160 @@
-"""Checkpoints: a Hugging Face model directory plus ``trainer_state/``, written atomically.
+"""Checkpoints: a Hugging Face model directory plus ``trainer_state/``, written atomically by all ranks together.
 
-``runs/<run>/checkpoints/step_NNNNNN/`` loads with ``AutoModelForCausalLM.from_pretrained`` (and vLLM);
-``trainer_state/state.pt`` beside the weights holds the optimizer, scheduler, RNG states, data cursor and the
-Thinking Seeds buffer. A checkpoint is first written under ``step_NNNNNN.tmp`` and renamed when complete, so a
-run killed mid-write never leaves a directory that resume would trust.
+    runs/<run>/checkpoints/step_NNNNNN/
+        config.json, generation_config.json, tokenizer files
+        model.safetensors                  the weights in the master dtype (fp32), or model-0000k-of-0000K.safetensors
+                                           + model.safetensors.index.json above 5 GB; transformers and vLLM load it
+        trainer_state/                     what resume needs (only the newest ``keep_resume_states`` checkpoints)
+            meta.json                      format version, step, world size that wrote it
+            state.pt                       scheduler, data cursor, seed buffer / stale queue, RNG, token count, config
+            dcp/                           model and AdamW state, torch.distributed.checkpoint: one file per rank
+
+Nothing is gathered for resume: every rank writes and reads only its own shards of model and optimizer state
+(``trainer.fsdp.save_sharded``/``load_sharded``), and DCP reshards by parameter name, so a run saved on N ranks
+resumes on M. The Hugging Face export is written by rank 0 from a streamed gather (one full tensor at a time,
+``trainer.fsdp.stream_full_state``), so no GPU ever holds the whole model. Every checkpoint gets the export (the
+paper selects the checkpoint to evaluate among all saved steps); ``keep_checkpoints`` bounds how many exports stay,
+``keep_resume_states`` how many keep their much larger ``trainer_state/`` (fp32 weights + two AdamW moments:
+12 bytes per parameter, ~91 GB at 7B; the export is 4 bytes per parameter).
+
+A checkpoint is first written under ``step_NNNNNN.tmp`` and renamed when every rank has finished, so a run killed
+mid-write never leaves a directory resume would trust. Rank 0 picks the checkpoint to resume and tells the others;
+ranks that do not see rank 0's run directory (node-local ``runs/`` on several nodes) stop with a clear error.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import re
+import secrets
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
+                          stream_full_state)
+
+FORMAT = 2   # 1: full model in model.safetensors + full optimizer in state.pt (before sharded checkpoints)
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
-STATE_FILE = Path("trainer_state") / "state.pt"
+STATE_DIR = Path("trainer_state")
+STATE_FILE = STATE_DIR / "state.pt"
+META_FILE = STATE_DIR / "meta.json"
+DCP_DIR = STATE_DIR / "dcp"
+MAX_SHARD_BYTES = 5 * 10**9   # as save_pretrained's default "5GB"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint or run directory that cannot be used as asked; the message says what to do."""
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model, tokenizer, model_state: dict, trainer_state: dict,
-                    keep: int = 0) -> Path:
-    """Write the checkpoint of ``step`` (call on rank 0 only); prune older ones beyond ``keep``."""
+# ----------------------------------------------------------------------------------------------------------
+# save
+# ----------------------------------------------------------------------------------------------------------
+def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, trainer_state: dict | None, d: Dist,
+                    keep: int = 0, keep_resume: int = 1) -> Path:
+    """Write the checkpoint of ``step``; every rank calls it (``trainer_state`` is read on rank 0 only). Then prune
+    (rank 0): exports beyond the newest ``keep`` (0 = all), resume states beyond the newest ``keep_resume``."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / STATE_FILE).parent.mkdir()
-    torch.save(trainer_state, tmp / STATE_FILE)
-    if final.exists():  # re-saving the same step (e.g. resumed run ending at a saved step)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    if keep > 0:
-        for old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old[1], ignore_errors=True)
+    if d.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / STATE_DIR).mkdir(parents=True)
+    barrier(d)
+    save_sharded(model, optimizer, tmp / DCP_DIR, d)
+    write_hf_export(tmp, model, tokenizer, d)
+    if d.is_main:
+        torch.save(trainer_state, tmp / STATE_FILE)
+        meta = {"format": FORMAT, "step": step, "world_size": d.world_size}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        if final.exists():  # re-saving the same step (e.g. a resumed run ending at a saved step)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        prune(run_dir, keep=keep, keep_resume=keep_resume)
+    barrier(d)
     return final
 
 
+def write_hf_export(out: Path, model, tokenizer, d: Dist, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+    """A Hugging Face model directory in ``out``: rank 0 writes safetensors shards of at most ``max_shard_bytes``
+    while every rank streams the full tensors (collective); tensors keep their (master) dtype."""
+    from safetensors.torch import save_file
+    out = Path(out)
+    parts, shard, size, index, dtype = [], {}, 0, {}, None
+
+    def flush():
+        nonlocal shard, size
+        if shard:
+            name = f"part-{len(parts):05d}.safetensors"
+            save_file(shard, str(out / name), metadata={"format": "pt"})
+            parts.append((name, list(shard)))
+        shard, size = {}, 0
+
+    for name, tensor in stream_full_state(model, d):
+        if tensor is None:   # not rank 0: the gather happened, nothing to keep
+            continue
+        nbytes = tensor.numel() * tensor.element_size()
+        if shard and size + nbytes > max_shard_bytes:
+            flush()
+        shard[name] = tensor.contiguous()
+        size += nbytes
+        if tensor.is_floating_point():
+            dtype = dtype or tensor.dtype
+    if not d.is_main:
+        return
+    flush()
+    total = sum(p.stat().st_size for p in out.glob("part-*.safetensors"))
+    if len(parts) == 1:
+        os.replace(out / parts[0][0], out / "model.safetensors")
+    else:
+        for k, (name, keys) in enumerate(parts):
+            final = f"model-{k + 1:05d}-of-{len(parts):05d}.safetensors"
+            os.replace(out / name, out / final)
+            index.update({key: final for key in keys})
+        (out / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1) + "\n")
+    config = copy.deepcopy(model.config)
+    if dtype is not None:
+        config.dtype = dtype   # what the files hold, so dtype="auto" loads the master weights as stored
+    config.save_pretrained(out)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def prune(run_dir: Path, *, keep: int, keep_resume: int) -> None:
+    """Remove checkpoints beyond the newest ``keep`` (0 = none removed) and ``trainer_state/`` of those beyond the
+    newest ``keep_resume`` (a checkpoint without it stays an evaluable model, not a resume point). The state is
+    renamed away before deletion, so a kill mid-delete never leaves a half state that resume would pick."""
+    steps = sorted((int(m.group(1)), p) for p in (Path(run_dir) / "checkpoints").iterdir()
+                   if (m := _STEP_DIR.match(p.name)))
+    if keep > 0:
+        for _, path in steps[:-keep]:
+            shutil.rmtree(path, ignore_errors=True)
+        steps = steps[-keep:]
+    for _, path in steps[:-keep_resume] if keep_resume > 0 else []:
+        if (path / STATE_DIR).exists():
+            gone = path / "trainer_state.pruned"
+            os.replace(path / STATE_DIR, gone)
+            shutil.rmtree(gone, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# resume
+# ----------------------------------------------------------------------------------------------------------
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints (renamed into place, holding trainer_state), oldest first."""
+    """Resumable checkpoints (renamed into place, holding trainer_state), oldest first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
@@ -68,14 +174,117 @@ def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
         return ckpts[-1][1] if ckpts else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(f"resume={resume}: no {STATE_FILE} there; point resume at a checkpoints/step_N directory")
+        raise CheckpointError(f"resume={resume}: no {STATE_FILE} there (a checkpoint whose resume state was pruned "
+                              f"by keep_resume_states is a model only); point resume at a checkpoints/step_N "
+                              f"directory that has one")
     return path
+
+
+def agree_resume_checkpoint(run_dir: Path, resume: str, d: Dist) -> Path | None:
+    """Rank 0 decides which checkpoint the run resumes from and tells every rank (each deciding alone would let a
+    rank that sees another directory start from scratch while the others resume: a hang). A rank that cannot see
+    the chosen checkpoint stops the run with an error on every rank."""
+    choice = None
+    error = None
+    if d.is_main:
+        try:
+            found = find_resume_checkpoint(run_dir, resume)
+            choice = None if found is None else str(found)
+        except CheckpointError as exc:
+            error = str(exc)
+    choice, error = broadcast_object((choice, error), d)
+    if error:
+        raise CheckpointError(error)
+    if choice is None:
+        return None
+    path = Path(choice)
+    seen = all_gather_objects(((path / STATE_FILE).is_file(), socket.gethostname()), d)
+    blind = [f"rank {r} ({host})" for r, (ok, host) in enumerate(seen) if not ok]
+    if blind:
+        raise CheckpointError(f"rank 0 resumes from {path}, which {', '.join(blind)} cannot see: every rank must see "
+                              f"the same output_dir (a filesystem shared by all nodes)")
+    check_format(path)
+    return path
+
+
+def check_format(path: Path) -> dict:
+    """The checkpoint's meta.json, or a CheckpointError naming what wrote it and what to do."""
+    path = Path(path)
+    meta_file = path / META_FILE
+    if not meta_file.is_file():
+        raise CheckpointError(
+            f"{path} was written by an older version of the trainer (format 1: full optimizer state in {STATE_FILE}, "
+            f"no sharded {DCP_DIR}/), which this version cannot resume. Its weights are a Hugging Face model: start a "
+            f"new run from them with model={path} resume=never (the optimizer state starts fresh), or finish the run "
+            f"with the version that wrote it")
+    try:
+        meta = json.loads(meta_file.read_text())
+        fmt = int(meta["format"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{meta_file} is not a checkpoint description this trainer wrote; point resume at "
+                              f"another checkpoint or set resume=never") from None
+    if fmt != FORMAT:
+        raise CheckpointError(f"{path} has checkpoint format {fmt}, this trainer reads format {FORMAT}: resume it "
+                              f"with the version that wrote it, or start a new run from its weights "
+                              f"(model={path} resume=never)")
+    if not (path / DCP_DIR / ".metadata").is_file():
+        raise CheckpointError(f"{path / DCP_DIR} is incomplete (no .metadata): the checkpoint was damaged after it "
+                              f"was written; resume from an earlier one (resume=<path>) or set resume=never")
+    return meta
+
+
+def load_checkpoint(path: Path, *, model, optimizer, d: Dist) -> dict:
+    """Load model and optimizer shards into this rank (whatever world size wrote them); returns trainer_state."""
+    check_format(path)
+    load_sharded(model, optimizer, Path(path) / DCP_DIR, d)
+    return load_trainer_state(path)
 
 
 def load_trainer_state(ckpt: Path) -> dict:
     return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
+def check_shared_run_dir(run_dir: Path, d: Dist) -> None:
+    """Every rank must see the run directory rank 0 writes (checkpoints are written by all ranks into one folder
+    and resumed from it). Rank 0 writes a random token there; a rank that cannot read it back stops the run, on
+    every rank at once, with an error naming the ranks and hosts. A no-op on one process."""
+    run_dir = Path(run_dir)
+    if not d.enabled:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return
+    token = broadcast_object(secrets.token_hex(8) if d.is_main else None, d)
+    probe = run_dir / f".rank_probe_{token}"
+    if d.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token)
+    barrier(d)
+    try:
+        ok = probe.read_text() == token
+    except OSError:
+        ok = False
+    seen = all_gather_objects((ok, socket.gethostname()), d)
+    barrier(d)
+    if d.is_main:
+        probe.unlink(missing_ok=True)
+    blind = [f"rank {r} ({host})" for r, (good, host) in enumerate(seen) if not good]
+    if blind:
+        raise CheckpointError(
+            f"{', '.join(blind)} cannot see {run_dir}, the run directory rank 0 ({seen[0][1]}) writes: every rank "
+            f"must see the same output_dir, because all ranks write each checkpoint into it and resume from it. On "
+            f"several nodes put output_dir on a filesystem they share (e.g. output_dir=/shared/runs)")
+
+
+def remove_partial_saves(run_dir: Path) -> None:
+    """Delete ``step_N.tmp`` folders a killed save left behind (rank 0, at start; resume never reads them)."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        for p in root.glob("step_*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RNG and metrics
+# ----------------------------------------------------------------------------------------------------------
 def rng_state() -> dict:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}

@@ -51,10 +51,12 @@ class Config:
     prompt_key: str = "prompt"            # field holding the question (dotted paths reach nested fields; chat lists use the last turn)
     answer_key: str = "answer"            # field holding the gold answer (e.g. reward_model.ground_truth)
     off_policy_key: str = "solution"      # field holding LUFFY's off-policy trace
-    template: str = "raw"                 # prompt template (scoring.templates): raw | qwen-math | qwen-boxed | r1
+    template: str = "raw"                 # prompt template (scoring.templates): raw | qwen-math | qwen-boxed | r1 | lcb (code)
     num_train_examples: int = 4000        # embedded tasks: examples generated from `seed`
     task_kwargs: dict = field(default_factory=dict)  # embedded tasks: difficulty, e.g. {min_digits: 2, max_digits: 3}
     max_prompt_tokens: int = 512          # longer prompts are dropped at load time (counted in the log)
+    skip_unsupported_code_rows: bool = False  # task=code: leave out (and count) rows whose tests cannot run here
+                                          # (pytest files, kodcode, humanevalplus); false: such a row is an error
     # --- rollout ---------------------------------------------------------------------------------------
     engine: str = "hf"                    # hf (KV-cache sampler on transformers) | vllm | auto
     prompts_per_step: int = 16            # B: prompts per optimizer step (global, all ranks)
@@ -77,6 +79,11 @@ class Config:
     dynamic_sampling: bool = True         # drop groups whose verdicts are all equal and sample more prompts
     ungraded: str = "drop_group"          # a row the grader could not grade (grader_error/timeout): drop_group | zero
     max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
+    # what replaces the groups dynamic sampling drops (docs/recipes.md "Dynamic sampling refills"):
+    # auto = fresh on-policy groups from the data cursor, except M2PO, which is not refilled (its batch stays
+    # all-stale, as in M2PO's experiments); fresh = always fresh groups (an M2PO refill gets the current policy as
+    # its behavior policy, r = pi/pi_old); none = never refill: train on the groups that kept signal
+    refill: str = "auto"
     overlong_buffer_tokens: int = 0       # DAPO soft overlong punishment window (0 = off)
     overlong_penalty: float = 1.0         # maximum penalty inside the window
     mini_batches_per_step: int = 1        # optimizer updates per rollout batch (Figure 3b); 1 = paper setting
@@ -111,12 +118,17 @@ class Config:
     # LUFFY (algorithm=luffy)
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
     luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
+    luffy_long_traces: str = "drop"       # an off-policy trace longer than max_response_tokens: drop its prompt at
+                                          # load time (as LUFFY's data, filtered to fit; counted as
+                                          # data/luffy_prompts_dropped) | truncate (cut at the budget, finish=length)
     # M2PO (algorithm=m2po)
     m2po_tau: float = 0.04                # second-moment threshold (also seed_stale_loss=m2po)
     m2po_staleness: int = 4               # train on rollouts written this many steps ago
     # --- logging and checkpoints ------------------------------------------------------------------------
     save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
-    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all)
+    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all): each a Hugging Face model (4 B/param)
+    keep_resume_states: int = 2           # of those, the newest that keep trainer_state/ for resume (sharded fp32
+                                          # weights + AdamW moments, 12 B/param: 91 GB at 7B); older ones stay models
     log_rollouts: bool = True             # write rollouts/step_N.parquet every step
     tracker: str = "none"                 # none | tensorboard | wandb
     progress: bool = True                 # progress bar on rank 0
@@ -273,6 +285,15 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
+    _check(cfg.refill in ("auto", "fresh", "none"),
+           f"refill must be auto, fresh or none (what replaces the groups dynamic sampling drops), got '{cfg.refill}'")
+    _check(cfg.luffy_long_traces in ("drop", "truncate"),
+           f"luffy_long_traces must be drop (leave out prompts whose off-policy trace exceeds max_response_tokens) "
+           f"or truncate, got '{cfg.luffy_long_traces}'")
+    _check(cfg.keep_checkpoints >= 0, f"keep_checkpoints must be >= 0 (0 = keep all), got {cfg.keep_checkpoints}")
+    _check(cfg.keep_resume_states >= 1,
+           f"keep_resume_states must be >= 1 (the newest checkpoint is what a resumed run reads), got "
+           f"{cfg.keep_resume_states}")
     _check(cfg.ungraded in ("drop_group", "zero"),
            f"ungraded must be 'drop_group' (leave out groups the grader could not grade) or 'zero' (reward 0), "
            f"got {cfg.ungraded!r}")

@@ -1,14 +1,17 @@
 """Everything that touches torch.distributed and FSDP2 lives here (and only here).
 
 One process: the model is a plain module and every helper is the identity. ``torchrun --nproc_per_node N``:
-``fully_shard`` wraps each decoder layer and the root (bf16 parameters with fp32 reduction on CUDA, fp32 on CPU
-with gloo), state dicts are gathered in full for checkpoints and for the rollout engine.
+``fully_shard`` wraps each decoder layer and the root, state dicts are gathered in full for checkpoints and for the
+rollout engine. Precision is the same on both (``shard_model``): parameters and optimizer state in the master dtype
+(fp32), forward and backward in the compute dtype (bf16 on CUDA), gradients reduced and accumulated in fp32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -46,21 +49,112 @@ def init_distributed() -> Dist:
 
 
 def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) -> torch.nn.Module:
-    """FSDP2: fully_shard every decoder layer, then the root. A no-op on one process."""
+    """FSDP2 with mixed precision: ``fully_shard`` every decoder layer, then the root. The module's own parameters
+    stay what they are (the master copy: fp32 unless ``master_dtype=bfloat16``) and so does the optimizer state
+    built on them; ``param_dtype`` is the compute dtype. This is torchtitan's and verl's FSDP2 recipe
+    (``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` over fp32 sharded parameters): each unit's
+    all-gather casts its shard to bf16, forward and backward run in bf16, and gradients are cast to fp32 before the
+    reduce-scatter, so the sharded fp32 gradient and AdamW's step lose nothing to bf16 rounding (at lr 1e-6 a bf16
+    weight of magnitude > ~2.6e-4 cannot move: the update is below half an ulp).
+
+    One process: the same arithmetic without the collectives (``cast_for_compute``). A no-op when the parameters
+    are already in ``param_dtype``.
+    """
     if not d.enabled:
-        return model
+        return cast_for_compute(model, param_dtype)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     layers = _decoder_layers(model)
     for layer in layers:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
+    _COMPUTE_DTYPE[model] = param_dtype
     # The loss is already divided by the global token count (all ranks), so gradients must be summed across
     # ranks, not averaged: FSDP's default divide-by-world-size would shrink them by N.
     for module in [*layers, model]:
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
     return model
+
+
+# model -> the dtype its forward computes in, for modules whose parameters hold another (the master) dtype
+_COMPUTE_DTYPE: "weakref.WeakKeyDictionary[torch.nn.Module, torch.dtype]" = weakref.WeakKeyDictionary()
+
+
+def compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype ``model``'s forward computes in: the one ``shard_model`` set, else its parameters' own."""
+    if model in _COMPUTE_DTYPE:
+        return _COMPUTE_DTYPE[model]
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def cast_for_compute(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """One-process mixed precision with FSDP2's semantics: every module that owns floating parameters computes
+    with them cast to ``dtype``, while the parameters themselves (what the optimizer, checkpoints and state dicts
+    see) keep their own dtype.
+
+    A forward pre-hook on each such module swaps its parameters for differentiable casts (``p.to(dtype)``) for the
+    length of the call and a forward hook puts them back, as FSDP2 registers its unsharded bf16 parameters for a
+    unit's forward. So the whole forward runs in ``dtype`` (embeddings, norms, residual stream, attention, head),
+    exactly what ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=dtype)`` computes and what a bf16 rollout
+    engine computes; backward produces ``dtype`` gradients that the cast's backward turns into float32 ones,
+    accumulated into the float32 ``.grad`` (FSDP2: cast to ``reduce_dtype``, reduce-scattered, accumulated).
+    Autocast was the alternative and is not used: it keeps norms, embeddings and the residual stream in float32
+    and casts per op, a different function from the multi-GPU one and from the engine's. Because the swap is per
+    module call, activation checkpointing's recomputation (which calls the modules again during backward) gets
+    the casts too, as FSDP2 all-gathers again before recomputing.
+
+    Code that reads weights directly instead of calling the modules (the HF engine's decode layers) runs inside
+    ``compute_params(model, dtype)``. A no-op when every parameter is already ``dtype``.
+    """
+    owners = [m for m in model.modules() if any(p is not None and p.is_floating_point() and p.dtype != dtype
+                                                for p in m._parameters.values())]
+    if not owners:
+        return model
+
+    masters: dict[int, list] = {}   # id(module) -> its (name, master) pairs swapped out during the call
+
+    def pre(module, args):
+        swapped = []
+        for name, p in module._parameters.items():
+            # only masters are swapped: inside ``compute_params`` the entries are casts already
+            if isinstance(p, torch.nn.Parameter) and p.is_floating_point() and p.dtype != dtype:
+                swapped.append((name, p))
+                module._parameters[name] = p.to(dtype)
+        masters[id(module)] = swapped
+
+    def post(module, args, output):
+        for name, p in masters.pop(id(module), ()):
+            module._parameters[name] = p
+
+    for m in owners:
+        m.register_forward_pre_hook(pre)
+        m.register_forward_hook(post, always_call=True)   # also when the forward raises: masters come back
+    _COMPUTE_DTYPE[model] = dtype
+    return model
+
+
+@contextlib.contextmanager
+def compute_params(model: torch.nn.Module, dtype: torch.dtype):
+    """Inside the block every floating parameter of ``model`` reads as its cast to ``dtype`` (one cast per
+    parameter, tied weights cast once), also for code that reads ``module.weight`` without calling the module;
+    the parameters come back on exit. For sampling from master weights (no autograd needed; call it under
+    ``torch.no_grad()``)."""
+    casts: dict[int, torch.Tensor] = {}
+    swapped = []
+    try:
+        for m in model.modules():
+            for name, p in list(m._parameters.items()):
+                if p is None or not p.is_floating_point() or p.dtype == dtype:
+                    continue
+                if id(p) not in casts:
+                    casts[id(p)] = p.detach().to(dtype)
+                swapped.append((m, name, p))
+                m._parameters[name] = casts[id(p)]
+        yield model
+    finally:
+        for m, name, p in swapped:
+            m._parameters[name] = p
 
 
 def _decoder_layers(model: torch.nn.Module):
@@ -78,27 +172,63 @@ def full_model_state_dict(model: torch.nn.Module, d: Dist) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
 
 
-def load_full_model_state_dict(model: torch.nn.Module, state: dict, d: Dist) -> None:
-    if not d.enabled:
-        model.load_state_dict(state)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+def stream_full_state(model: torch.nn.Module, d: Dist):
+    """The full (unsharded) tensors of ``model``'s state dict one at a time, for an export that rank 0 writes:
+    yields ``(name, tensor)`` with the tensor on CPU on rank 0 and ``None`` on the other ranks. Every rank must
+    iterate to the end (each sharded tensor is one all-gather). Peak memory is one full tensor per GPU and what
+    the caller keeps on rank 0's CPU, never the whole model on every GPU (``full_model_state_dict`` does that).
+    A weight tied to another (``lm_head`` to the embedding) is yielded once, under its first name, as
+    ``save_pretrained`` writes it."""
+    first: dict[int, str] = {}
+    tied = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        (tied.add(name) if id(p) in first else first.setdefault(id(p), name))
+    for name, value in model.state_dict().items():
+        if name in tied:
+            continue
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        yield name, (full.detach().to("cpu", copy=True) if d.is_main else None)
+        del full
 
 
-def optimizer_state_dict(model, optimizer, d: Dist) -> dict:
-    if not d.enabled:
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+def _dcp_state(model, optimizer) -> dict:
+    """This rank's shards of model and optimizer state, keyed by parameter name (torchtitan's recipe: sharded
+    ``get_model_state_dict`` and ``get_optimizer_state_dict(flatten_optimizer_state_dict=True)``, so a checkpoint
+    written by N ranks loads on M: DCP reshards by name and global offsets)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+    return {"model": get_model_state_dict(model),
+            "optimizer": get_optimizer_state_dict(model, optimizer,
+                                                  options=StateDictOptions(flatten_optimizer_state_dict=True))}
 
 
-def load_optimizer_state_dict(model, optimizer, state: dict, d: Dist) -> None:
-    if not d.enabled:
-        optimizer.load_state_dict(state)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+@contextlib.contextmanager
+def _quiet_single_process():
+    import warnings
+    with warnings.catch_warnings():   # DCP says it saves "in a single process" each time: intended on one process
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process.*")
+        yield
+
+
+def save_sharded(model, optimizer, path, d: Dist) -> None:
+    """Write model and optimizer state with torch.distributed.checkpoint: every rank writes its own shards into
+    ``path`` (one ``__<rank>_0.distcp`` file each, ``.metadata`` by rank 0); nothing is gathered. Collective. One
+    process (no process group) writes the same format."""
+    import torch.distributed.checkpoint as dcp
+    with _quiet_single_process():
+        dcp.save(_dcp_state(model, optimizer), checkpoint_id=str(path))
+
+
+def load_sharded(model, optimizer, path, d: Dist) -> None:
+    """Load what ``save_sharded`` wrote, whatever world size wrote it: each rank reads only the slices of its own
+    shards. Collective."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+    state = _dcp_state(model, optimizer)
+    with _quiet_single_process():
+        dcp.load(state, checkpoint_id=str(path))
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"],
+                             options=StateDictOptions(flatten_optimizer_state_dict=True))
 
 
 def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
@@ -110,11 +240,30 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
     return norm
 
 
+def check_device(t: torch.Tensor, d: Dist, what: str = "a collective") -> None:
+    """A tensor handed to a collective must live on the rank's device (NCCL refuses CPU tensors; gloo accepts
+    them, so a CPU test alone would never see the bug). Checked on every call, one process included, so a one-GPU
+    run fails the same way."""
+    if t.device != d.device:
+        raise ValueError(f"{what} got a tensor on {t.device}, but this rank's device is {d.device}: create it with "
+                         f"device=d.device (or use all_reduce_values)")
+
+
 def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:
+    check_device(values, d, "all_reduce_sum")
     if d.enabled:
         values = values.clone()
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
+
+
+def all_reduce_values(values, d: Dist, *, op: str = "sum") -> list[float]:
+    """Sum (or max) Python numbers over ranks; the tensor is built here, on the rank's device, in float64."""
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=d.device)
+    check_device(t, d, "all_reduce_values")
+    if d.enabled:
+        dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+    return t.tolist()
 
 
 def all_gather_objects(obj, d: Dist) -> list:

@@ -5,23 +5,79 @@ Old, behavior and current log-probs all come from ``response_logprobs`` so that 
 once; Llama/Qwen2/Qwen3) or padded (``pack``: left-padded prompts and right-padded responses, so the response
 occupies the same columns in every row and only its R logit columns are computed, ``logits_to_keep``; any
 model). Both give the same numbers; ``forward`` / ``train_forward`` chooses.
+
+Neither layout materialises the logits of a whole micro-batch: the LM head runs on ``LOGIT_CHUNK_TOKENS``
+positions at a time, and each chunk's logits are divided by the temperature and reduced to (log-prob of the
+target, entropy) in float32 before the next chunk starts; under autograd each chunk is recomputed in backward
+(``torch.utils.checkpoint``), so no chunk's logits outlive it. At 8k response tokens and a 152k vocabulary the
+float32 logits alone would be 5 GB per row; a chunk of 1024 is 0.6 GB.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from inference.batching import micro_batches
 from trainer.algos import logprobs_and_entropy
-from trainer.fsdp import Dist, all_gather_objects
+from trainer.algos.entropy import _chunk_both, _chunk_both_entropy_detached
+from trainer.fsdp import Dist, all_gather_objects, compute_dtype, compute_params
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The compute dtype (config ``dtype``): ``auto`` is bf16 on CUDA, fp32 elsewhere."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    return _DTYPES[name]
+
+
+def resolve_master_dtype(name: str, compute: torch.dtype) -> torch.dtype:
+    """The dtype of the parameters and the optimizer state (config ``master_dtype``); the model is built in it and
+    ``trainer.fsdp.shard_model`` casts to ``compute`` for forward and backward."""
+    master = _DTYPES[name]
+    assert master == torch.float32 or compute == master, f"master_dtype={name} with compute dtype {compute}"
+    return master
+
+
+class ComputeDtypeSampler:
+    """A rollout engine over a module whose parameters are in the master dtype: ``generate`` runs with them cast
+    to the compute dtype (``trainer.fsdp.compute_params``), so the HF engine samples in bf16 as the trainer's
+    forward computes, from the fp32 weights it trains. Everything else is the wrapped engine's."""
+
+    def __init__(self, sampler, model: torch.nn.Module, dtype: torch.dtype):
+        self.sampler, self.model, self.dtype = sampler, model, dtype
+
+    def generate(self, prompts, **kw):
+        with torch.no_grad(), compute_params(self.model, self.dtype):
+            return self.sampler.generate(prompts, **kw)
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.sampler.update_weights(model)
+
+    def __getattr__(self, name):
+        return getattr(self.sampler, name)
+
+
+def compute_dtype_engines(make_sampler, dtype: torch.dtype):
+    """``make_sampler`` (``inference.make_sampler``'s signature) for a model whose parameters may hold another
+    dtype than the compute dtype: vLLM is built in ``dtype`` (its weight loader casts what ``update_weights``
+    streams), the HF engine samples through ``ComputeDtypeSampler``. Where the parameters already are ``dtype``
+    the engines are built as they are."""
+    def build(model, tokenizer, *, engine, **kw):
+        if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
+            return make_sampler(model, tokenizer, engine=engine, **kw)
+        if engine == "vllm":
+            return make_sampler(model, tokenizer, engine=engine, dtype=str(dtype).removeprefix("torch."), **kw)
+        return ComputeDtypeSampler(make_sampler(model, tokenizer, engine=engine, **kw), model, dtype)
+    return build
 
 
 def build_policy(model_name: str, *, dtype: torch.dtype, seed: int):
@@ -69,8 +125,87 @@ def use_flat(model, forward: str) -> bool:
     return reason is None
 
 
+LOGIT_CHUNK_TOKENS = 1024   # positions per LM-head chunk: [1024, V] float32 logits at a time (V=152k: 0.6 GB)
+
+# architectures whose causal-LM forward ends in ``logits = lm_head(hidden[:, logits_to_keep])`` and returns them
+# untouched (no soft-capping or scaling after the head): there the head can hand back log-probs instead of logits
+_HEAD_LAST_MODEL_TYPES = {"llama", "qwen2", "qwen3"}
+
+
+def _chunked_head_reason(model) -> str | None:
+    head = getattr(model, "lm_head", None)
+    if type(head) is not torch.nn.Linear:
+        return "lm_head is not a plain nn.Linear"
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in _HEAD_LAST_MODEL_TYPES:
+        return f"model_type {model_type!r} not in {sorted(_HEAD_LAST_MODEL_TYPES)}"
+    return None
+
+
+def _head_chunk(h, w, b, ids, temperature: float, entropy_grad: bool) -> torch.Tensor:
+    """One chunk: h [C, H] (compute dtype), w [V, H], ids [C] -> [C, 2] float32 (log-prob of ids, entropy).
+    The arithmetic of the full-logits path: logits in the compute dtype, then float32, then / temperature, then
+    ``trainer.algos.entropy``'s per-row log-softmax, gather and entropy."""
+    z = F.linear(h, w, b).float()   # [C, V]
+    if temperature not in (0.0, 1.0):
+        z = z / temperature
+    lp, en = (_chunk_both if entropy_grad else _chunk_both_entropy_detached)(z, ids)
+    return torch.stack([lp, en], dim=-1)
+
+
+def chunked_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          targets: torch.Tensor, *, temperature: float = 1.0, entropy_grad: bool = True,
+                          chunk_tokens: int = LOGIT_CHUNK_TOKENS) -> torch.Tensor:
+    """(log-prob of ``targets``, entropy) of ``softmax(hidden @ weight.T + bias) / temperature``, [..., 2] float32,
+    ``chunk_tokens`` positions at a time. hidden [..., H], targets [...] (same leading shape).
+
+    Under autograd each chunk is a ``torch.utils.checkpoint`` region: forward keeps only its [C, 2] result, and
+    backward recomputes the chunk's logits, takes their gradient and frees them before the next chunk, so at no
+    time does more than one chunk's [C, V] exist. The gradient of ``weight`` is summed over the chunks in its own
+    dtype (as one GEMM over all positions would sum it internally)."""
+    assert chunk_tokens >= 1, f"chunk_tokens={chunk_tokens} must be >= 1"
+    lead = targets.shape
+    assert hidden.shape[:-1] == lead, f"hidden {tuple(hidden.shape)} and targets {tuple(lead)} disagree"
+    h = hidden.reshape(-1, hidden.shape[-1])
+    ids = targets.reshape(-1).long()
+    grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    outs = []
+    for h_c, ids_c in zip(h.split(chunk_tokens), ids.split(chunk_tokens)):
+        if grad:
+            outs.append(checkpoint(_head_chunk, h_c, weight, bias, ids_c, temperature, entropy_grad,
+                                   use_reentrant=False, preserve_rng_state=False))   # no randomness inside
+        else:
+            outs.append(_head_chunk(h_c, weight, bias, ids_c, temperature, entropy_grad))
+    out = torch.cat(outs) if outs else h.new_zeros((0, 2), dtype=torch.float32)   # [N, 2]
+    # a fresh tensor, not a view: FSDP2 hooks the forward's output for backward, and warns about views
+    return out if len(lead) == 1 else out.view(*lead, 2).clone()
+
+
+@contextlib.contextmanager
+def head_returns_logprobs(model, targets: torch.Tensor, *, temperature: float, entropy_grad: bool,
+                          chunk_tokens: int = LOGIT_CHUNK_TOKENS):
+    """While the block runs, calling ``model.lm_head`` on hidden states [..., H] returns ``chunked_head_logprobs``
+    of ``targets`` [...] ([..., 2]) instead of logits [..., V].
+
+    The head is still called by the forward that owns it, so whoever manages its weight sees the call: FSDP2's
+    root unit has the weight all-gathered (bf16), the one-process mixed-precision hooks have it cast, and the
+    weight read at call time (``lm_head.weight``) is what the chunks use, also when backward recomputes them."""
+    head = model.lm_head
+
+    def forward(x):
+        return chunked_head_logprobs(x, head.weight, head.bias, targets, temperature=temperature,
+                                     entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
+
+    head.forward = forward
+    try:
+        yield
+    finally:
+        del head.forward
+
+
 def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
-                      entropy_grad: bool = True, forward: str = "model"):
+                      entropy_grad: bool = True, forward: str = "model",
+                      chunk_tokens: int = LOGIT_CHUNK_TOKENS):
     """Per-token log-probs and entropies of ``responses`` given ``prompts``: ([n, R], [n, R], mask [n, R]).
 
     Logits are divided by the sampling temperature, so the ratio compares the distributions that sampled.
@@ -78,39 +213,46 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
     ``forward``: ``model`` runs the model's own forward on the padded batch (``pack``); ``flat`` runs
     ``inference.flat`` (no padding, each distinct prompt once); ``auto`` picks flat where the architecture allows.
     Padding positions of the outputs hold 0 (flat) or the pad token's numbers (model); read them through the mask.
+    The LM head runs ``chunk_tokens`` positions at a time (module doc); architectures whose forward does more
+    after the head (``_HEAD_LAST_MODEL_TYPES``) take the full logits instead.
     """
     if use_flat(model, forward):
         return _flat_logprobs(model, prompts, responses, device=device, temperature=temperature,
-                              entropy_grad=entropy_grad)
+                              entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
     ids, attn, pos, resp_ids, resp_mask = pack(prompts, responses, pad_id=pad_id, device=device)
     R = resp_ids.shape[1]
     P = ids.shape[1] - R
-    # position P-1+t predicts response token t: only those R hidden states go through the LM head, so the
-    # logits come out contiguous [n, R, V] (no slice of a larger tensor, no copy before the chunked log-softmax)
+    # position P-1+t predicts response token t: only those R hidden states go through the LM head
     keep = torch.arange(P - 1, P + R - 1, device=ids.device)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False)
-    logits = out.logits.float()  # [n, R, V]
+    kw = dict(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False)
+    if _chunked_head_reason(model) is None:
+        with head_returns_logprobs(model, resp_ids, temperature=temperature, entropy_grad=entropy_grad,
+                                   chunk_tokens=chunk_tokens):
+            out = model(**kw).logits   # [n, R, 2]
+        return out[..., 0], out[..., 1], resp_mask
+    logits = model(**kw).logits.float()  # [n, R, V]
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     logp, ent = logprobs_and_entropy(logits, resp_ids, entropy_grad=entropy_grad)
     return logp, ent, resp_mask
 
 
-def _flat_logprobs(model, prompts, responses, *, device, temperature: float, entropy_grad: bool):
-    from inference.flat import flat_forward
+def _flat_logprobs(model, prompts, responses, *, device, temperature: float, entropy_grad: bool,
+                   chunk_tokens: int):
+    from inference.flat import build_layout, run_layout
     n, R = len(prompts), max(1, max(len(r) for r in responses))
     logp = torch.zeros(n, R, device=device)
     ent = torch.zeros(n, R, device=device)
     mask = torch.zeros(n, R, dtype=torch.bool, device=device)
     if sum(len(r) for r in responses) == 0:
         return logp.requires_grad_(torch.is_grad_enabled()), ent, mask
-    logits, lay = flat_forward(model, prompts, responses, device=device)
-    logits = logits.float()
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    lp, en = logprobs_and_entropy(logits[None], lay.targets[None], entropy_grad=entropy_grad)
-    logp = logp.index_put((lay.out_rows, lay.out_cols), lp[0])
-    ent = ent.index_put((lay.out_rows, lay.out_cols), en[0])
+    assert _chunked_head_reason(model) is None, _chunked_head_reason(model)   # the flat models are Llama-family
+    lay = build_layout(prompts, responses, device=device, neg=torch.finfo(compute_dtype(model)).min)
+    with head_returns_logprobs(model, lay.targets, temperature=temperature, entropy_grad=entropy_grad,
+                               chunk_tokens=chunk_tokens):
+        out = run_layout(model, lay)   # [M, 2]
+    logp = logp.index_put((lay.out_rows, lay.out_cols), out[:, 0])
+    ent = ent.index_put((lay.out_rows, lay.out_cols), out[:, 1])
     mask[lay.out_rows, lay.out_cols] = True
     return logp, ent, mask
 

@@ -50,6 +50,9 @@ class Rollout:
     verdict: str = ""                # what the grader said (scoring.verdict); grader_error/timeout: not graded
     advantage: float = 0.0
     response_text: str = ""
+    # the row's index among the step's rows (``trainer.train.collect_step``): the same on every rank, so per-row
+    # records computed on one rank and gathered stay attached to their row (a memory address would not)
+    uid: int = -1
 
     @property
     def off_policy(self) -> bool:
@@ -59,6 +62,11 @@ class Rollout:
 def mix_seed(*parts: int) -> int:
     """A 63-bit sampling seed from integers (config seed, step, round, purpose, rank)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def off_policy_ids(tokenizer, example: dict, key: str) -> list[int]:
+    """The token ids of an example's off-policy trace (LUFFY), EOS appended: the response the trace stands for."""
+    return tokenizer(str(example[key]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
 @dataclass
@@ -220,7 +228,12 @@ class RolloutBuilder:
     def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False,
                  prefix_lens: list[int] | None = None):
         """Generate on every rank for a strided shard of the prompts, then gather (order preserved).
-        ``prefix_lens``: the question's length in each prompt (a seeded row continues question + seed)."""
+        ``prefix_lens``: the question's length in each prompt (a seeded row continues question + seed).
+
+        The engines draw from one seed per call (``mix_seed(seed, rank)``), so which rank samples a prompt changes
+        its sample: N ranks draw other (equally distributed) rows than one. A sampler with ``prompt_seeds = True``
+        is given ``prompt_seeds=[...]`` instead, one per prompt from its index in the whole list, and then every
+        world size draws the same rows (tests/test_multirank_train.py compares 1 and 2 ranks that way)."""
         d = self.d
         mine = list(range(d.rank, len(prompts), d.world_size))
         todo = [i for i in mine if budgets[i] > 0]
@@ -229,6 +242,8 @@ class RolloutBuilder:
             kw = {"logprobs": True} if logprobs else {}
             if prefix_lens is not None:
                 kw["prefix_lens"] = [prefix_lens[i] for i in todo]
+            if getattr(self.sampler, "prompt_seeds", False):
+                kw["prompt_seeds"] = [mix_seed(seed, i) for i in todo]
             comps = self.sampler.generate([prompts[i] for i in todo], max_new_tokens=[budgets[i] for i in todo],
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                           seed=mix_seed(seed, d.rank), **kw)
@@ -267,8 +282,9 @@ class RolloutBuilder:
         return -cfg.overlong_penalty * min(1.0, max(0, length - start) / cfg.overlong_buffer_tokens)
 
     def _off_policy_trace(self, ex: int) -> tuple[list[int], str]:
-        text = str(self.examples[ex][self.cfg.off_policy_key])
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        """LUFFY's trace of example ``ex`` with EOS; longer than the budget only with ``luffy_long_traces=truncate``
+        (``drop`` left those prompts out at load time, ``trainer.train.tokenize_prompts``)."""
+        ids = off_policy_ids(self.tokenizer, self.examples[ex], self.cfg.off_policy_key)
         if len(ids) > self.cfg.max_response_tokens:
             return ids[: self.cfg.max_response_tokens], "length"
         return ids, "stop"

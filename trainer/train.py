@@ -17,7 +17,9 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
 * ``algorithm=luffy``: groups mix G-1 on-policy samples with 1 off-policy trace (``off_policy_key`` column);
   off-policy tokens use f(pi) = pi/(pi+gamma) (``trainer/algos/luffy.py``), on-policy tokens are unclipped.
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
-  mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens.
+  mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens. Dynamic sampling does not
+  refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
+  fresh on-policy prompts unless ``refill=none``.
 
 Every algorithm's per-token loss is one entry of the table ``trainer.algos.LOSSES`` (pure functions,
 ``trainer/algos/objectives.py``; hyperparameters from ``trainer.config.loss_kwargs``), reduced by
@@ -50,11 +52,10 @@ from trainer.algos import (LOSSES, TokenBatch, group_advantages, loss_denominato
                            reduce_loss)
 from trainer.config import Config, ConfigError, dump_config, load_config, loss_kwargs, to_dict, validate
 from trainer.data import PromptLoader, load_examples
-from trainer.fsdp import (Dist, all_gather_objects, all_reduce_sum, barrier, clip_grad_norm, full_model_state_dict,
-                          init_distributed, load_full_model_state_dict, load_optimizer_state_dict,
-                          optimizer_state_dict, shard_model, shutdown)
+from trainer.fsdp import (Dist, all_gather_objects, all_reduce_values, barrier, clip_grad_norm, full_model_state_dict,
+                          init_distributed, shard_model, shutdown)
 from trainer.policy import build_policy, resolve_dtype, response_logprobs, score, use_flat
-from trainer.rollout import Rollout, RolloutBuilder
+from trainer.rollout import Rollout, RolloutBuilder, off_policy_ids
 from scoring.verdict import UNGRADED_VERDICTS
 
 
@@ -74,6 +75,13 @@ def split_groups(rows: list[Rollout]) -> list[list[Rollout]]:
     for r in rows:
         groups.setdefault(r.group, []).append(r)
     return list(groups.values())
+
+
+def row_key(r: Rollout) -> int:
+    """The key of a row's per-row records: its ``uid`` (the same on every rank, set by ``collect_step``); rows built
+    by hand that never went through it (tests, library callers of ``backward_minibatch``) are keyed by their
+    identity, valid within this process only."""
+    return r.uid if r.uid >= 0 else id(r)
 
 
 def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=math.nan) -> torch.Tensor:
@@ -111,8 +119,8 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
 
     The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
     (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
-    ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (id(row) keys).
-    Returns the summed loss and per-row token records {id(row): dict of lists}.
+    ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (keyed by
+    ``Rollout.uid``). Returns the summed loss and per-row token records {uid: dict of lists}.
     """
     agg = cfg.loss_agg
     denom = loss_denominator(rows_loss_mask(cfg, rows), mode=agg, max_len=cfg.max_response_tokens)
@@ -130,8 +138,8 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
                                                  pad_id=pad_id, device=d.device, temperature=cfg.temperature,
                                                  entropy_grad=bool(cfg.entropy_coef), forward=forward)
         R = logp.shape[1]
-        old_logp = logp.detach() if old is None else _stack(mb, [old[id(r)] for r in mb], R, 0.0).to(logp.device)
-        keep_t = None if keep is None else _stack(mb, [keep[id(r)] for r in mb], R, 0.0).to(logp.device).bool()
+        old_logp = logp.detach() if old is None else _stack(mb, [old[row_key(r)] for r in mb], R, 0.0).to(logp.device)
+        keep_t = None if keep is None else _stack(mb, [keep[row_key(r)] for r in mb], R, 0.0).to(logp.device).bool()
         batch = token_batch(mb, logp, old_logp, resp_mask, keep_t)
         mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss)
         loss_mat, stats = policy_loss(batch, **hyper)
@@ -146,7 +154,7 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         total += float(loss.detach())
         for i, r in enumerate(mb):
             L = len(r.response_ids)
-            records[id(r)] = {
+            records[row_key(r)] = {
                 "logp_old": old_logp[i, :L].tolist(), "entropy": ent[i, :L].detach().tolist(),
                 "ratio": stats["ratio"][i, :L].tolist(), "clipped_low": stats["clipped_low"][i, :L].tolist(),
                 "clipped_high": stats["clipped_high"][i, :L].tolist(), "loss_mask": mask[i, :L].tolist(),
@@ -164,12 +172,12 @@ def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
     if not uses_m2po_mask(cfg):
         return None
     R = max(len(r.response_ids) for r in rows)
-    logp = _stack(rows, [old[id(r)] for r in rows], R, 0.0)
+    logp = _stack(rows, [old[row_key(r)] for r in rows], R, 0.0)
     behavior = _stack(rows, [r.behavior_logp for r in rows], R)
     valid = ~torch.isnan(behavior)
     adv = torch.tensor([r.advantage for r in rows])
     keep = m2po_mask(logp, behavior.nan_to_num(0.0), adv, valid, tau=cfg.m2po_tau)
-    return {id(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
+    return {row_key(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
 
 
 def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int) -> tuple[dict, dict]:
@@ -183,7 +191,11 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
                         micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
                         micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
-        old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
+        old = {row_key(r): lp.tolist() for r, lp in zip(rows, logp)}
+        if cfg.algorithm == "m2po":
+            for r in rows:   # a fresh refill group (refill=fresh): its behavior policy is the current one, r = 1
+                if r.behavior_logp is None:
+                    r.behavior_logp = old[row_key(r)]
     losses, norms, records = [], [], {}
     for mini in minis:
         optimizer.zero_grad(set_to_none=True)
@@ -194,7 +206,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
         losses.append(loss)
         records.update(rec)
     scheduler.step()
-    loss = float(all_reduce_sum(torch.tensor(sum(losses) / len(losses)), d))
+    loss = all_reduce_values([sum(losses) / len(losses)], d)[0]
     return {"ppo/loss": loss, "ppo/grad_norm": sum(norms) / len(norms), "ppo/lr": scheduler.get_last_lr()[0]}, records
 
 
@@ -209,15 +221,15 @@ def rollout_logp_check(rows: list[Rollout], records: dict, d: Dist) -> dict:
     and records (before the cross-rank gather), then summed and maxed over ranks."""
     total, count, worst = 0.0, 0, 0.0
     for r in rows:
-        rec = records.get(id(r))
+        rec = records.get(row_key(r))
         if r.sampler_logp is None or rec is None:
             continue
         for a, b in zip(r.sampler_logp, rec["logp_old"]):
             if a == a:   # NaN: a seed token, not sampled now
                 x = abs(a - b)
                 total, count, worst = total + x, count + 1, max(worst, x)
-    t = all_reduce_sum(torch.tensor([total, float(count)], dtype=torch.float64, device=d.device), d).tolist()
-    worst = max(all_gather_objects(worst, d))
+    t = all_reduce_values([total, count], d)
+    worst = all_reduce_values([worst], d, op="max")[0]
     if t[1] == 0:
         return {}
     return {"rollout/logp_diff_mean": t[0] / t[1], "rollout/logp_diff_max": worst, "rollout/logp_tokens": int(t[1])}
@@ -250,8 +262,23 @@ def filter_ungraded(cfg: Config, rows: list[Rollout]) -> tuple[list[Rollout], in
     return kept, dropped
 
 
+def refills(cfg: Config) -> bool:
+    """Whether dynamic sampling replaces dropped groups with fresh on-policy ones (config ``refill``): by default
+    yes, except for M2PO, whose batch stays all-stale as in M2PO's experiments (a fresh group there would need
+    the current policy as its behavior policy, which ``refill=fresh`` gives it)."""
+    return cfg.refill == "fresh" or (cfg.refill == "auto" and cfg.algorithm != "m2po")
+
+
 def collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> tuple[list[Rollout], list[Rollout], dict]:
-    """The step's rows (all of them, for records and zero-advantage statistics) and the rows to train on."""
+    """The step's rows (all of them, for records and zero-advantage statistics) and the rows to train on. Every
+    row gets its ``uid``, its index among the step's rows: the same on every rank (all ranks hold all rows)."""
+    all_rows, kept, metrics = _collect_step(builder, cfg, step)
+    for i, r in enumerate(all_rows):
+        r.uid = i
+    return all_rows, kept, metrics
+
+
+def _collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> tuple[list[Rollout], list[Rollout], dict]:
     rows = builder.collect(step)
     all_rows = list(rows)
     rows, ungraded = filter_ungraded(cfg, rows)
@@ -260,7 +287,7 @@ def collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> tuple[list[
                                 "sampling/groups_ungraded": ungraded, "sampling/extra_rounds": 0}
     kept, dropped = filter_groups(rows)
     rounds = 1
-    while len(split_groups(kept)) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
+    while refills(cfg) and len(split_groups(kept)) < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
         need = cfg.prompts_per_step - len(split_groups(kept))
         more = builder.fresh(builder.loader.next(need), step, round_=rounds)
         all_rows.extend(more)
@@ -287,7 +314,7 @@ def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], reco
     }
     tok = {"all": [0, 0, 0, 0.0], "seed": [0, 0, 0, 0.0], "cont": [0, 0, 0, 0.0]}  # count, low, high, entropy
     for r in kept:
-        rec = records.get(id(r))
+        rec = records.get(row_key(r))
         if rec is None:
             continue
         for t, (lm, lo, hi, e) in enumerate(zip(rec["loss_mask"], rec["clipped_low"], rec["clipped_high"], rec["entropy"])):
@@ -312,7 +339,7 @@ def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], reco
 def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict, tokenizer) -> list[dict]:
     out = []
     for r in all_rows:
-        rec = records.get(id(r))
+        rec = records.get(row_key(r))
         L = len(r.response_ids)
         nan, false = [math.nan] * L, [False] * L
         out.append({
@@ -335,8 +362,12 @@ def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict, 
 # ----------------------------------------------------------------------------------------------------------
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
     """AdamW, fused (one kernel over all parameters) on CPU and CUDA: torch's default on CPU is a Python loop of
-    ~10 small ops per parameter tensor, 4x slower even at one thread and far slower when threads are contended."""
+    ~10 small ops per parameter tensor, 4x slower even at one thread and far slower when threads are contended.
+    Its moments take the parameters' dtype: the master dtype (``master_dtype``, fp32 unless pure bf16)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    master = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.master_dtype]
+    wrong = sorted({str(p.dtype) for p in params if p.is_floating_point() and p.dtype != master})
+    assert not wrong, f"parameters in {wrong}, master_dtype={cfg.master_dtype}: build the model in the master dtype"
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
     return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, fused=fused)
 
@@ -383,21 +414,25 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     run_dir = cfg.run_dir
+    ckpt.check_shared_run_dir(run_dir, d)   # before any expensive work: all ranks write and resume from it
     examples = load_examples(cfg)
+    # mixed precision: the model (and so the optimizer state) in master_dtype (fp32), forward/backward in dtype;
+    # shard_model installs the casts, the rollout engines sample in dtype (trainer.fsdp.shard_model)
+    from inference import make_sampler
+    from trainer.policy import compute_dtype_engines, resolve_master_dtype
     dtype = resolve_dtype(cfg.dtype, d.device)
-    model, tokenizer = (policy_builder or build_policy)(warm_start(cfg, d), dtype=dtype, seed=cfg.seed)
+    master = resolve_master_dtype(cfg.master_dtype, dtype)
+    model, tokenizer = (policy_builder or build_policy)(warm_start(cfg, d), dtype=master, seed=cfg.seed)
     if cfg.gradient_checkpointing:
         # transformers 5 renamed it (the old name warns)
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-    prompt_ids, kept_examples = [], []
-    for ex in examples:
-        ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
-        if len(ids) <= cfg.max_prompt_tokens:
-            prompt_ids.append(ids)
-            kept_examples.append(ex)
-    assert kept_examples, f"every prompt is longer than max_prompt_tokens={cfg.max_prompt_tokens}"
+    prompt_ids, kept_examples, data_counts = tokenize_prompts(cfg, examples, tokenizer)
+    if d.is_main and any(data_counts.values()):
+        print(f"data: {len(kept_examples)} of {len(examples)} prompts kept ({data_counts})", file=sys.stderr)
     model.to(d.device)
-    sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d, sampler_builder=sampler_builder)
+    sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d,
+                                                sampler_builder=compute_dtype_engines(sampler_builder or make_sampler,
+                                                                                      dtype))
     model = shard_model(model, d, param_dtype=dtype)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
@@ -405,13 +440,12 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     builder = RolloutBuilder(cfg=cfg, examples=kept_examples, prompt_ids=prompt_ids, loader=loader, sampler=sampler,
                              tokenizer=tokenizer, model=model, d=d)
     start, produced_tokens = 0, 0
-    resume_from = ckpt.find_resume_checkpoint(run_dir, cfg.resume)
+    if d.is_main:
+        ckpt.remove_partial_saves(run_dir)
+    resume_from = ckpt.agree_resume_checkpoint(run_dir, cfg.resume, d)   # rank 0 decides, every rank checks
     if resume_from is not None:
-        state = ckpt.load_trainer_state(resume_from)
-        from safetensors.torch import load_file
-        full = load_file(str(resume_from / "model.safetensors"))
-        load_full_model_state_dict(model, _with_tied(model, full), d)
-        load_optimizer_state_dict(model, optimizer, state["optimizer"], d)
+        # each rank reads its own shards of model and optimizer (any world size wrote them), nothing gathered
+        state = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer, d=d)
         scheduler.load_state_dict(state["scheduler"])
         loader.load_state_dict(state["loader"])
         builder.load_state_dict(state["rollouts"])
@@ -419,7 +453,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         start, produced_tokens = state["step"] + 1, state["produced_tokens"]
         if d.is_main:
             ckpt.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
-            print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
+            print(f"resumed from {resume_from} at step {start} (saved on {state['world_size']} ranks, resumed on "
+                  f"{d.world_size})", file=sys.stderr)
     if d.is_main:
         dump_config(cfg, run_dir / "config.yaml")
         if cfg.train_forward == "auto":   # say which forward the log-probs come from, and why not flat
@@ -457,6 +492,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         t_step = time.perf_counter() - t0
         if d.is_main:
             metrics.update(step_metrics(cfg, all_rows, kept, records))
+            if cfg.algorithm == "luffy":
+                metrics["data/luffy_prompts_dropped"] = data_counts["luffy_trace_too_long"]
             metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
                             "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen,
                             "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
@@ -483,6 +520,29 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     return run_dir
 
 
+def tokenize_prompts(cfg: Config, examples: list[dict], tokenizer) -> tuple[list[list[int]], list[dict], dict]:
+    """The templated prompt ids of the examples that can be trained: prompts longer than ``max_prompt_tokens`` are
+    left out, and for LUFFY with ``luffy_long_traces=drop`` prompts whose off-policy trace (with EOS) exceeds
+    ``max_response_tokens``, as LUFFY's own data is filtered to traces that fit (a trace cut at the budget would
+    be trained as a response that never ends). Returns ids, the kept examples and the counts left out."""
+    prompt_ids, kept = [], []
+    counts = {"prompt_too_long": 0, "luffy_trace_too_long": 0}
+    drop_traces = cfg.algorithm == "luffy" and cfg.luffy_long_traces == "drop"
+    for ex in examples:
+        ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
+        if len(ids) > cfg.max_prompt_tokens:
+            counts["prompt_too_long"] += 1
+        elif drop_traces and len(off_policy_ids(tokenizer, ex, cfg.off_policy_key)) > cfg.max_response_tokens:
+            counts["luffy_trace_too_long"] += 1
+        else:
+            prompt_ids.append(ids)
+            kept.append(ex)
+    assert kept, (f"no trainable prompt: {counts['prompt_too_long']} are longer than max_prompt_tokens="
+                  f"{cfg.max_prompt_tokens}, {counts['luffy_trace_too_long']} have an off-policy trace longer than "
+                  f"max_response_tokens={cfg.max_response_tokens} (luffy_long_traces=drop); raise the budgets")
+    return prompt_ids, kept, counts
+
+
 def render(template: str, question: str, tokenizer) -> str:
     if template == "raw":  # embedded tasks: the prompt is the question
         return question
@@ -491,9 +551,10 @@ def render(template: str, question: str, tokenizer) -> str:
 
 
 def warm_start(cfg: Config, d: Dist) -> str:
-    """For ``tiny:<size>`` with ``sft_steps``: the supervised warm-up checkpoint (built once, then cached)."""
+    """The directory the policy loads from: a hub id's local snapshot (``hub_snapshot``); for ``tiny:<size>`` with
+    ``sft_steps``, the supervised warm-up checkpoint (built once, then cached)."""
     if not (cfg.model.startswith("tiny:") and cfg.sft_steps):
-        return cfg.model
+        return hub_snapshot(cfg.model, d)
     size = cfg.model.split(":", 1)[1]
     kw = "-".join(f"{k}{v}" for k, v in sorted(cfg.task_kwargs.items()))
     path = Path(cfg.output_dir) / "_sft_cache" / f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps-seed{cfg.seed}"
@@ -511,26 +572,43 @@ def warm_start(cfg: Config, d: Dist) -> str:
     return str(path)
 
 
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py"]
+
+
+def hub_snapshot(name: str, d: Dist) -> str:
+    """A hub id becomes the local directory of its snapshot, downloaded once per node (local rank 0; the others
+    wait), so that every rank and the vLLM engine read the same files and nobody re-saves a private copy of the
+    model. Local paths and ``tiny:`` names are returned unchanged."""
+    if name.startswith("tiny:") or os.path.exists(name):
+        return name
+    from huggingface_hub import snapshot_download
+    error = None
+    if d.local_rank == 0:
+        try:
+            snapshot_download(name, allow_patterns=_HUB_FILES)
+        except Exception as exc:   # reported on every rank below, instead of leaving the others waiting
+            error = f"{type(exc).__name__}: {exc}"
+    errors = [e for e in all_gather_objects(error, d) if e]
+    if errors:
+        raise OSError(f"model={name}: not a local directory, and fetching it from the hub failed ({errors[0]}); "
+                      f"download it first and set model= to the local copy")
+    return snapshot_download(name, allow_patterns=_HUB_FILES, local_files_only=True)
+
+
 def save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder, produced_tokens, cfg, d):
-    model_state = full_model_state_dict(model, d)
-    optim_state = optimizer_state_dict(model, optimizer, d)
+    """The checkpoint of ``step`` (collective): sharded model and optimizer by every rank, the Hugging Face export
+    and the rank-independent state by rank 0 (``trainer/checkpoint.py``)."""
+    t0 = time.perf_counter()
+    state = None
     if d.is_main:
-        state = {"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
-                 "loader": loader.state_dict(), "rollouts": builder.state_dict(), "rng": ckpt.rng_state(),
-                 "produced_tokens": produced_tokens, "config": to_dict(cfg)}
-        ckpt.save_checkpoint(run_dir, step, model=model, tokenizer=tokenizer,
-                             model_state={k: v.cpu() for k, v in model_state.items()}, trainer_state=state,
-                             keep=cfg.keep_checkpoints)
-    barrier(d)
-
-
-def _with_tied(model, state: dict) -> dict:
-    """safetensors drops tied duplicates; put them back so load_state_dict is strict."""
-    full = dict(state)
-    for name in model.state_dict():
-        if name not in full and name.endswith("lm_head.weight"):
-            full[name] = full[name.replace("lm_head.weight", "model.embed_tokens.weight")]
-    return full
+        state = {"step": step, "scheduler": scheduler.state_dict(), "loader": loader.state_dict(),
+                 "rollouts": builder.state_dict(), "rng": ckpt.rng_state(), "produced_tokens": produced_tokens,
+                 "world_size": d.world_size, "config": to_dict(cfg)}
+    path = ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=tokenizer,
+                                trainer_state=state, d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states)
+    if d.is_main and not cfg.progress:
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        print(f"checkpoint {path.name}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
 
 
 def sync_rollout_weights(sampler, engine_model, model, d: Dist) -> None:
@@ -570,16 +648,20 @@ def make_tracker(cfg: Config, run_dir: Path):
 
 
 def dry_run(cfg: Config) -> None:
-    """Validate the config and its data source without building a model."""
+    """Validate the config and everything it names that can be checked offline, without building a model
+    (``trainer.preflight``: reward, template, data columns and rows, rendered prompt, model); exits 2 when a check
+    fails."""
+    from trainer.preflight import preflight
     print(json.dumps(to_dict(cfg), indent=1))
-    if cfg.train_file and not Path(cfg.train_file).exists():
-        print(f"train_file '{cfg.train_file}' is not a local file: it will be read from the hub at run time",
-              file=sys.stderr)
-    else:
-        print(f"data: {len(load_examples(cfg))} rows OK", file=sys.stderr)
-    if not cfg.model.startswith("tiny:") and not Path(cfg.model).exists():
-        print(f"model '{cfg.model}' is not a local directory: it will be read from the hub at run time", file=sys.stderr)
-    print("config OK", file=sys.stderr)
+    checks = preflight(cfg)
+    for c in checks:
+        print(c.line(), file=sys.stderr)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        print(f"config NOT OK: {len(failed)} check(s) failed ({', '.join(c.name for c in failed)})", file=sys.stderr)
+        raise SystemExit(2)
+    skipped = [c.name for c in checks if c.status == "skip"]
+    print("config OK" + (f" (not checkable offline: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -601,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world_size))
     try:
         run_dir = train(cfg, d)
+    except ckpt.CheckpointError as exc:   # bad input (checkpoint, run directory): a message, not a traceback
+        print(f"error{f' (rank {d.rank})' if d.enabled else ''}: {exc}", file=sys.stderr)
+        return 2
     finally:
         shutdown(d)
     if d.is_main:
