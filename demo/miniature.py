@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from demo.pipeline import (FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads, evaluate,
+from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads, evaluate,
                            final_checkpoint, machine, make_data, prepare_out, read_metrics, run_config, run_name,
                            train_run, warmup)
 from tsanalysis.io import atomic_write_text
@@ -84,7 +84,8 @@ def scores(out: Path, task: str) -> dict[str, float]:
 TIMINGS = "timings.json"   # per run: wall and CPU seconds of training, torch threads, load average (this sweep's)
 
 
-def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, log=print) -> None:
+def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, table: Sequence[RunSpec] = TABLE,
+          log=print) -> None:
     import torch
 
     prepare_out(out, budget, fresh=fresh, log=log)
@@ -94,7 +95,7 @@ def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, log=pri
     warm, _ = warmup(out, budget, log=log)
     evaluate([("warmup", warm)], budget, out=out, log=log, baseline=None)
     for seed in range(seeds):
-        for spec in TABLE:
+        for spec in table:
             cfg = run_config(spec, budget, out=out, seed=seed, model=warm, train_file=train_file)
             t0 = time.perf_counter()
             res = train_run(cfg, log=log)
@@ -106,11 +107,90 @@ def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, log=pri
             evaluate([(cfg.run_name, final_checkpoint(cfg))], budget, out=out, log=log, baseline=None)
 
 
+def method_rows(out: Path, seeds: int, rows: list[tuple[str, str]], table: Sequence[RunSpec], sc: dict,
+                timings: dict, *, baseline: str) -> list[str]:
+    """The markdown table of one task: per method the mean over seeds with its t-interval, the per-seed values,
+    the paired difference to ``baseline`` and the measured cost."""
+    by_name = {s.name: s for s in table}
+    base = {seed: sc.get(run_name(by_name[baseline], seed)) for seed in range(seeds)}
+    lines = ["| method | mean ± 95% t-interval | seeds | per seed | vs on-policy (paired, same seed) | "
+             "train wall s / run | train CPU s / run | tokens generated / run |",
+             "|---|---|---:|---|---|---:|---:|---:|"]
+    for name, title in rows:
+        if name == "warmup":
+            v = sc.get("warmup")
+            cell = "not run" if v is None else f"{100 * v:.1f} (one model)"
+            lines.append(f"| {title} | {cell} | – | – | – | – | – | – |")
+            continue
+        spec = by_name[name]
+        vals, diffs, walls, cpus, toks = [], [], [], [], []
+        for seed in range(seeds):
+            rn = run_name(spec, seed)
+            v = sc.get(rn)
+            if v is None:
+                continue
+            vals.append(v)
+            if base.get(seed) is not None and name != baseline:
+                diffs.append(v - base[seed])
+            m = read_metrics(out / "runs" / rn)
+            walls.append(sum(x.get("time/step_s", 0.0) for x in m))
+            if rn in timings:
+                cpus.append(timings[rn]["cpu_s"])
+            toks.append(sum(x.get("tokens/generated", 0) for x in m))
+        if not vals:
+            lines.append(f"| {title} | not run | 0/{seeds} | | | | | |")
+            continue
+        mean, hw = t_interval(vals)
+        cell = f"{100 * mean:.1f}" + ("" if hw is None else f" ± {100 * hw:.1f}")
+        per = ", ".join(f"{100 * v:.1f}" for v in vals)
+        if diffs:
+            dm, dhw = t_interval(diffs)
+            dcell = f"{100 * dm:+.1f}" + ("" if dhw is None else f" ± {100 * dhw:.1f}") + f" (k={len(diffs)})"
+        else:
+            dcell = "–" if name == baseline else "no paired seed"
+        cpu = f"{sum(cpus) / len(cpus):.0f}" if cpus else ""
+        lines.append(f"| {title} | {cell} | {len(vals)}/{seeds} | {per} | {dcell} | "
+                     f"{sum(walls) / len(walls):.0f} | {cpu} | {sum(toks) / len(toks):.0f} |")
+    return lines
+
+
+def render_code(out: Path, budget: Budget, seeds: int) -> list[str]:
+    """The code section (Table 2's rows at miniature scale) from ``out`` (the code sweep's folder)."""
+    b = budget
+    sc = scores(out, b.task)
+    wfile = out / "warmup" / "warmup_summary.json"
+    wsum = json.loads(wfile.read_text()) if wfile.is_file() else {}
+    tfile = out / TIMINGS
+    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
+    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, CODE_LABELS[s.name]) for s in CODE_TABLE]
+    lines = ["## Code (Table 2's rows): held-out avg@n, %", "",
+             f"Task `{b.task}` (scoring/tasks/minicode.py: read two integers from stdin and print a function of "
+             "them, or write a two-argument function for a functional test), every reward a program run in the "
+             "sandbox with LiveCodeBench's harness (all tests pass -> 1). Policy tiny:"
+             f"{b.model_size}, warm-up {wsum.get('steps', '?')} supervised steps on the solver programs (final loss "
+             f"{wsum.get('loss_last', math.nan):.3f}); RL {b.total_steps} steps x {b.prompts_per_step} prompts x "
+             f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, lr {b.lr:g}; seeded runs ratio 0.3, "
+             f"T {b.seed_interval} (the paper's code setting). Held-out: benchmark `{b.task}` of `eval` "
+             f"({b.eval_limit} problems, avg@{b.eval_n}, temperature 1.0, graded in the sandbox). Folder `{out}`.", ""]
+    return lines + method_rows(out, seeds, rows, CODE_TABLE, sc, timings, baseline="code_onpolicy") + [""]
+
+
+CODE_TABLE = CODE_METHODS
+
+
+def code_dir(out: Path) -> Path:
+    """The code table's folder beside the math one (its own budget and warm-up): ``runs/miniature-code``."""
+    return out.with_name(out.name + "-code")
+CODE_LABELS = {"code_onpolicy": "On-policy (DAPO)",
+               "code_seeds_state_action": "Thinking Seeds, ratio 0.3, T 8 (state+action)",
+               "code_seeds_state": "Thinking Seeds, ratio 0.3, T 8 (state)"}
+
+
 # A section of the page from this heading on is written by hand (what the numbers say) and kept on rewrites.
 NOTES_HEADING = "## Reading the table"
 
 
-def render(out: Path, budget: Budget, seeds: int, *, command: str) -> str:
+def render(out: Path, budget: Budget, seeds: int, *, command: str, code_out: Path | None = None) -> str:
     b = budget
     sc = scores(out, b.task)
     warm_summary = out / "warmup" / "warmup_summary.json"
@@ -141,51 +221,15 @@ def render(out: Path, budget: Budget, seeds: int, *, command: str) -> str:
     rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, label(s.name, b)) for s in TABLE]
     tfile = out / TIMINGS
     timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
-    base = {seed: sc.get(run_name(_BY_NAME["onpolicy"], seed)) for seed in range(seeds)}
-    lines += ["## Held-out avg@n, %", "",
-              "| method | mean ± 95% t-interval | seeds | per seed | vs on-policy (paired, same seed) | "
-              "train wall s / run | train CPU s / run | tokens generated / run |",
-              "|---|---|---:|---|---|---:|---:|---:|"]
-    for name, title in rows:
-        if name == "warmup":
-            v = sc.get("warmup")
-            cell = "not run" if v is None else f"{100 * v:.1f} (one model)"
-            lines.append(f"| {title} | {cell} | – | – | – | – | – | – |")
-            continue
-        spec = next(s for s in TABLE if s.name == name)
-        vals, diffs, walls, cpus, toks = [], [], [], [], []
-        for seed in range(seeds):
-            rn = run_name(spec, seed)
-            v = sc.get(rn)
-            if v is None:
-                continue
-            vals.append(v)
-            if base.get(seed) is not None and name != "onpolicy":
-                diffs.append(v - base[seed])
-            m = read_metrics(out / "runs" / rn)
-            walls.append(sum(x.get("time/step_s", 0.0) for x in m))
-            if rn in timings:
-                cpus.append(timings[rn]["cpu_s"])
-            toks.append(sum(x.get("tokens/generated", 0) for x in m))
-        if not vals:
-            lines.append(f"| {title} | not run | 0/{seeds} | | | | | |")
-            continue
-        mean, hw = t_interval(vals)
-        cell = f"{100 * mean:.1f}" + ("" if hw is None else f" ± {100 * hw:.1f}")
-        per = ", ".join(f"{100 * v:.1f}" for v in vals)
-        if diffs:
-            dm, dhw = t_interval(diffs)
-            dcell = f"{100 * dm:+.1f}" + ("" if dhw is None else f" ± {100 * dhw:.1f}") + f" (k={len(diffs)})"
-        else:
-            dcell = "–" if name == "onpolicy" else "no paired seed"
-        cpu = f"{sum(cpus) / len(cpus):.0f}" if cpus else ""
-        lines.append(f"| {title} | {cell} | {len(vals)}/{seeds} | {per} | {dcell} | "
-                     f"{sum(walls) / len(walls):.0f} | {cpu} | {sum(toks) / len(toks):.0f} |")
+    lines += ["## Held-out avg@n, %", ""] + method_rows(out, seeds, rows, TABLE, sc, timings, baseline="onpolicy")
     runs_done = [p for p in (out / "runs").glob("*/metrics.jsonl")] if (out / "runs").is_dir() else []
     threads = sorted({t["threads"] for t in timings.values()})
     loads = [t["load_1min"] for t in timings.values()]
     lines += ["", "Rows \"ablation: ratio 0.5\" and \"ablation: T {}\" are the Thinking Seeds ratio 0.5 row above.".format(
-              b.seed_interval), "", "## Machine and cost", "",
+              b.seed_interval), ""]
+    if code_out is not None:
+        lines += render_code(code_out, CODE, seeds)
+    lines += ["## Machine and cost", "",
               f"{machine(threads=False)}. Training used {', '.join(map(str, threads)) or '?'} torch thread(s); "
               "train wall s is the sum of the trainer's step times (`time/step_s`), train CPU s the process CPU time "
               "of the run (with one thread, about the wall time it would take on an idle core)."
@@ -205,11 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", default=str(REPO / "docs" / "miniature.md"), help="the page to write")
     p.add_argument("--write-only", action="store_true", help="only rewrite the page from what has been scored")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
+    p.add_argument("--tables", default="addition,minicode",
+                   help="which tables to train: addition (the math rows), minicode (Table 2's code rows, in "
+                        "OUT-code), or both (default)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 2 when the cores are idle, else 1, as python -m demo)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error("--seeds must be >= 1")
+    tables = {t.strip() for t in args.tables.split(",") if t.strip()}
+    if not tables or not tables <= {"addition", "minicode"}:
+        p.error(f"--tables takes addition, minicode or both, got {args.tables!r}")
     out = Path(args.out)
     command = "python -m demo.miniature --seeds {}{}".format(
         args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}")
@@ -220,11 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)
         try:
-            sweep(out, FULL, args.seeds, fresh=args.fresh)
+            if "addition" in tables:
+                sweep(out, FULL, args.seeds, fresh=args.fresh)
+            if "minicode" in tables:
+                sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_TABLE)
         except DemoError as e:
             print(f"demo.miniature: error: {e}", file=sys.stderr)
             return 2
-    page = render(out, FULL, args.seeds, command=command)
+    page = render(out, FULL, args.seeds, command=command, code_out=code_dir(out))
     doc = Path(args.doc)
     old = doc.read_text() if doc.is_file() else ""
     if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept

@@ -61,7 +61,8 @@ from scoring.verdict import Verdict
 from scoring.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases, run_harness
 
 __all__ = ["LCB_IMPORT_PRELUDE", "LCB_PRELUDE_MODULES", "CodeTest", "extract_code", "extract_code_lcb",
-           "stdout_matches", "grade_code", "verdict_of_status", "short_repr", "program_packages"]
+           "stdout_matches", "grade_code", "grade_assert_script", "verdict_of_status", "short_repr",
+           "program_packages"]
 
 # LiveCodeBench's ``import_string`` (lcb_runner/evaluation/testing_util.py), prepended to every graded program.
 LCB_IMPORT_PRELUDE = "\n".join([
@@ -202,7 +203,7 @@ def grade_code(program: str, tests: Sequence[CodeTest | Mapping[str, str]], *, k
                fn_name: str | None = None, timeout_s: float = 6.0, memory_mb: int = 1024,
                prelude: str = LCB_IMPORT_PRELUDE, abs_tol: float = 0.0, rel_tol: float = 0.0,
                max_output_bytes: int | None = None, require_isolation: bool | None = None,
-               harness: str = "lcb") -> Verdict:
+               harness: str = "lcb", match: str = "lcb") -> Verdict:
     """Run ``program`` on ``tests`` (in order, stopping at the first failure) and return the verdict.
 
     ``kind``: ``"stdin"`` or ``"functional"`` (LiveCodeBench's ``testtype``; ``fn_name`` is required then).
@@ -213,7 +214,14 @@ def grade_code(program: str, tests: Sequence[CodeTest | Mapping[str, str]], *, k
     tests, stdin programs wrapped in a function with lcb's mocked stdin, one ``Solution()`` shared by the
     functional tests. ``harness="script"`` runs it as a real ``__main__`` script, a fresh process per test.
     A failure of the sandbox itself raises ``scoring.sandbox.SandboxError``: it is never a verdict.
+
+    ``match="taco"`` (functional only; training data from TACO/APPS/PrimeIntellect, whose call-based golds are often
+    wrapped in a one-element list) also accepts a returned value equal to the gold's first element, as TACO's
+    ``run_test`` does (``exec_outputs == outputs or exec_outputs == outputs[0]``); the default ``"lcb"`` is
+    LiveCodeBench's plain ``==``.
     """
+    if match not in ("lcb", "taco"):
+        raise ValueError(f"match must be 'lcb' or 'taco', got {match!r}")
     if kind not in ("stdin", "functional"):
         raise ValueError(f"kind must be 'stdin' or 'functional', got {kind!r}")
     if kind == "functional" and not fn_name:
@@ -234,7 +242,7 @@ def grade_code(program: str, tests: Sequence[CodeTest | Mapping[str, str]], *, k
     if max_output_bytes is None:
         longest = max(len(t.output.encode()) for t in tests)
         max_output_bytes = max(DEFAULT_MAX_OUTPUT, 2 * longest + 4096)
-    compare = _comparer(tests, kind, gold, abs_tol, rel_tol)
+    compare = _comparer(tests, kind, gold, abs_tol, rel_tol, match)
     if harness == "lcb":
         return _grade_lcb(program, tests, kind=kind, fn_name=fn_name, timeout_s=timeout_s, memory_mb=memory_mb,
                           prelude=prelude, max_output_bytes=max_output_bytes, require_isolation=require_isolation,
@@ -244,12 +252,14 @@ def grade_code(program: str, tests: Sequence[CodeTest | Mapping[str, str]], *, k
                          compare=compare)
 
 
-def _comparer(tests: list[CodeTest], kind: str, gold, abs_tol: float, rel_tol: float):
+def _comparer(tests: list[CodeTest], kind: str, gold, abs_tol: float, rel_tol: float, match: str = "lcb"):
     """``compare(i, got) -> (match, why)``: stdout text (stdin) or the returned JSON value (functional)."""
     def compare(i: int, got) -> tuple[bool, str]:
         if kind == "stdin":
             return stdout_matches(got, tests[i].output, abs_tol=abs_tol, rel_tol=rel_tol)
         ok = got == gold[i]
+        if not ok and match == "taco" and isinstance(gold[i], list) and gold[i]:
+            ok = got == gold[i][0]
         return ok, "" if ok else f"returned {short_repr(got)}, expected {short_repr(gold[i])}"
     return compare
 
@@ -341,3 +351,25 @@ def _grade_script(program, tests, *, kind, fn_name, timeout_s, memory_mb, prelud
     assert len(results) == n, f"sandbox returned {len(results)} results for {n} tests"
     return Verdict(True, "pass", None, f"{n}/{n} tests")
 
+
+
+def grade_assert_script(program: str, test_code: str, *, prelude: str = "", timeout_s: float = 30.0,
+                        memory_mb: int = 1024, require_isolation: bool | None = None) -> Verdict:
+    """Run ``program`` followed by ``test_code`` (assertions, a test driver) as one script in the sandbox: ``pass``
+    iff it exits 0 within ``timeout_s``. This is how LeetCode-style training data checks a solution (rllm's
+    ``leetcode`` reward and Code-R1's ``functional`` tests run ``code + "\\n" + tests`` and look at the exit
+    status). ``prelude`` is trusted code run first (imports, ``ListNode``/``TreeNode`` helpers). An assertion that
+    fails is a ``wrong_answer``, any other exception a ``runtime_error``. A sandbox failure raises
+    ``SandboxError``."""
+    if not program.strip():
+        return Verdict(False, "no_answer", None, "no program in the response")
+    packages, _ = program_packages(program)
+    [r] = run_cases(program + "\n\n" + test_code, [""], mode="stdin", timeout_s=timeout_s, memory_mb=memory_mb,
+                    prelude=prelude, require_isolation=require_isolation, packages=packages)
+    if r.status == "ok":
+        return Verdict(True, "pass", None, "the tests exited 0")
+    tail = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []
+    last = tail[0][:200] if tail else ""
+    if r.status == "runtime_error" and last.startswith("AssertionError"):
+        return Verdict(False, "wrong_answer", None, f"assertion failed: {last}")
+    return Verdict(False, verdict_of_status(r.status), None, f"{r.status}: {_failure(r)}")

@@ -8,19 +8,23 @@ hard limit) has no reward: the trainer counts it (``reward/ungraded``) and by de
 update (``ungraded: drop_group``), so an infrastructure failure never becomes a wrong answer.
 
 ``math`` grades ``example['answer']`` with math-verify (scoring.math) in a worker pool with a hard per-item
-timeout (scoring.pool); ``code`` runs the example's tests in the sandbox (scoring.code) and passes only when every
-test passes; the embedded tasks grade with their own checker. Imports are lazy so that a tiny run needs neither.
+timeout (scoring.pool); ``code`` (and the embedded ``minicode`` task) runs the example's tests in the sandbox
+(scoring.code) with LiveCodeBench's harness and passes only when every test passes, graded in worker processes
+(``grade_code_batch``); the other embedded tasks grade with their own checker. Imports are lazy so that a tiny run needs neither.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Callable, Sequence
 
 from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
 
 Grader = Callable[[str, dict], Verdict]
 
-__all__ = ["GRADERS", "Grader", "UNGRADED_VERDICTS", "get_grader", "grade_responses", "reward_of"]
+__all__ = ["CODE_TASKS", "GRADERS", "Grader", "UNGRADED_VERDICTS", "code_time_bound", "get_grader",
+           "grade_code_batch", "grade_code_example", "grade_program", "grade_responses", "reward_of"]
 
 
 def _task_grader(name: str) -> Grader:
@@ -37,17 +41,204 @@ def grade_math_example(response: str, example: dict) -> Verdict:
     return grade_math(response, str(example["answer"]))
 
 
-def grade_code_example(response: str, example: dict) -> Verdict:
-    """Example fields: 'tests' (list of {input, output}), 'testtype' (stdin | functional), 'fn_name'. A sandbox
-    that cannot run is ``grader_error``, never a wrong answer."""
-    from scoring.code import extract_code, grade_code
+# ---- code --------------------------------------------------------------------------------------------------
+# A code example carries its tests in one normalized form (``trainer.data`` reads the published data sets into it;
+# ``scoring.tasks.minicode`` writes it directly):
+#   testtype     "stdin" | "functional" | "assert"
+#   tests        stdin/functional: [{"input", "output"}] (functional: one JSON argument per input line, JSON output)
+#   fn_name      functional: the function (or ``Solution`` method) to call
+#   test_match   functional: "lcb" (LiveCodeBench's ==, default) | "taco" (also gold[0], TACO/APPS list-wrapped golds)
+#   test_scripts assert: test programs appended to the solution, each must exit 0 (LeetCode-style data)
+#   time_limit_s per-test seconds (default 6, LiveCodeBench's); assert: per script
+CODE_TIME_LIMIT_S = 6.0          # lcb_runner's per-test limit
+ASSERT_TIME_LIMIT_S = 30.0       # one LeetCode-style test script (all its assertions)
+CODE_MEMORY_MB = 4096            # as the LiveCodeBench benchmark: address space, fails only runaway programs
+
+# names LeetCode-style test scripts use without importing them (our own helpers, written for the data's tests)
+LEETCODE_PRELUDE = """from typing import *
+from collections import *
+from itertools import *
+from functools import *
+from heapq import *
+from bisect import *
+from math import *
+import math, collections, itertools, functools, heapq, bisect, string, re, random, operator, copy, sys
+
+
+class ListNode:
+    def __init__(self, val=0, next=None):
+        self.val = val
+        self.next = next
+
+
+class TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val = val
+        self.left = left
+        self.right = right
+
+
+def list_node(values):
+    head = cur = ListNode()
+    for v in values:
+        cur.next = ListNode(v)
+        cur = cur.next
+    return head.next
+
+
+def is_same_list(a, b):
+    while a and b:
+        if a.val != b.val:
+            return False
+        a, b = a.next, b.next
+    return a is None and b is None
+
+
+def tree_node(values):
+    if not values or values[0] is None:
+        return None
+    root = TreeNode(values[0])
+    queue, i = deque([root]), 1
+    while queue and i < len(values):
+        node = queue.popleft()
+        for side in ("left", "right"):
+            if i < len(values) and values[i] is not None:
+                child = TreeNode(values[i])
+                setattr(node, side, child)
+                queue.append(child)
+            i += 1
+    return root
+
+
+def is_same_tree(a, b):
+    if a is None or b is None:
+        return a is b
+    return a.val == b.val and is_same_tree(a.left, b.left) and is_same_tree(a.right, b.right)
+"""
+
+CODE_TESTTYPES = ("stdin", "functional", "assert")
+
+
+def code_time_bound(example: dict) -> float:
+    """Seconds the sandbox may take for one response to ``example`` before it gives up itself (its own budget:
+    set-up grace, then the whole-problem limit ``(t + 1) * n + 5`` of the lcb harness, or ``t`` per test
+    script): the worker pool's hard timeout sits above this, so it only fires when the sandbox's own watchdog
+    failed."""
+    from scoring.sandbox import CASE_GRACE_S, SETUP_GRACE_S
+    kind = example.get("testtype", "stdin")
+    if kind == "assert":
+        t = float(example.get("time_limit_s") or ASSERT_TIME_LIMIT_S)
+        return len(example["test_scripts"]) * (SETUP_GRACE_S + t + CASE_GRACE_S)
+    t = float(example.get("time_limit_s") or CODE_TIME_LIMIT_S)
+    return SETUP_GRACE_S + (t + 1) * len(example["tests"]) + 5 + CASE_GRACE_S
+
+
+def grade_program(program: str, example: dict) -> Verdict:
+    """The verdict of an extracted ``program`` on ``example``'s tests (the normalized form above): ``pass`` only
+    when every test passes. A sandbox that cannot run is ``grader_error``, never a wrong answer."""
+    from scoring.code import grade_assert_script, grade_code
     from scoring.sandbox import SandboxError
-    tests = example["tests"] if "tests" in example else example["answer"]
+    kind = example.get("testtype", "stdin")
     try:
-        return grade_code(extract_code(response), tests, kind=example.get("testtype", "stdin"),
-                          fn_name=example.get("fn_name"))
+        if kind == "assert":
+            t = float(example.get("time_limit_s") or ASSERT_TIME_LIMIT_S)
+            v = Verdict(False, "no_answer", None, "no test scripts")
+            for i, script in enumerate(example["test_scripts"]):
+                v = grade_assert_script(program, script, prelude=LEETCODE_PRELUDE, timeout_s=t,
+                                        memory_mb=CODE_MEMORY_MB)
+                if not v.correct:
+                    n = len(example["test_scripts"])
+                    return Verdict(False, v.verdict, None, f"script {i + 1}/{n}: {v.detail}" if n > 1 else v.detail)
+            return v
+        if kind not in ("stdin", "functional"):
+            raise ValueError(f"testtype must be one of {CODE_TESTTYPES}, got {kind!r}")
+        tests = example["tests"] if "tests" in example else example["answer"]
+        return grade_code(program, tests, kind=kind, fn_name=example.get("fn_name"),
+                          match=example.get("test_match", "lcb"),
+                          timeout_s=float(example.get("time_limit_s") or CODE_TIME_LIMIT_S), memory_mb=CODE_MEMORY_MB)
     except SandboxError as e:
         return Verdict(False, GRADER_ERROR, None, f"sandbox: {e}"[:2000])
+
+
+def grade_code_example(response: str, example: dict) -> Verdict:
+    """The trainer's code reward: the program (``scoring.code.extract_code``: the last python block after
+    ``</think>``, else the whole response) run on the example's tests in the sandbox, with LiveCodeBench's
+    harness and comparison; 1 only when all tests pass."""
+    from scoring.code import extract_code
+    return grade_program(extract_code(response), example)
+
+
+def code_item(program: str, example: dict) -> Verdict:
+    """Pool function (module level, so workers import it by reference): one program on one example."""
+    return grade_program(program, example)
+
+
+def code_workers() -> int:
+    """Grading processes per trainer rank: the usable cores shared among the ranks of this node
+    (``LOCAL_WORLD_SIZE``), at least 1; ``THINKING_SEEDS_CODE_WORKERS`` overrides. Each grading process waits on
+    one sandboxed program at a time, so this many programs run at once."""
+    env = os.environ.get("THINKING_SEEDS_CODE_WORKERS", "")
+    if env:
+        return max(1, int(env))
+    from scoring.pool import default_workers
+    return max(1, default_workers() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+
+
+_CODE_POOL = None
+
+
+def _code_pool(timeout: float, workers: int):
+    """A pool kept between steps (worker start-up paid once); the hard timeout grows in 60 s steps when a batch
+    needs more (a new pool then), so one pool serves most batches."""
+    global _CODE_POOL
+    from scoring.pool import WorkerPool
+    timeout = 60.0 * math.ceil(timeout / 60.0)
+    if _CODE_POOL is None or _CODE_POOL.timeout < timeout or _CODE_POOL.n_workers != workers:
+        if _CODE_POOL is not None:
+            _CODE_POOL.close()
+        else:
+            import atexit
+            atexit.register(lambda: _CODE_POOL is not None and _CODE_POOL.close())
+        _CODE_POOL = WorkerPool(code_item, workers=workers, timeout=timeout,
+                                preload=("scoring.code", "scoring.sandbox"))
+    return _CODE_POOL
+
+
+def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, workers: int | None = None,
+                     pool=None) -> list[Verdict]:
+    """Code verdicts for a batch, graded in ``workers`` processes (``code_workers()``), each running one sandboxed
+    program at a time. Identical programs for the same example are graded once (a sharpened policy repeats
+    itself). A worker past the hard timeout (``code_time_bound`` + 30 s, rounded up to a minute: the sandbox's
+    own limits come first) is killed and its item is ``timeout``; a worker that dies or raises, ``grader_error``:
+    never a wrong answer. ``workers=1`` grades in this process."""
+    from scoring.code import extract_code
+    programs = [extract_code(r) for r in responses]
+    keys, items, where = [], [], {}
+    for prog, ex in zip(programs, examples):
+        key = (prog, id(ex))
+        if key not in where:
+            where[key] = len(items)
+            items.append((prog, ex))
+        keys.append(where[key])
+    workers = workers or code_workers()
+    if workers <= 1 and pool is None:
+        uniq = []
+        for prog, ex in items:
+            try:
+                uniq.append(grade_program(prog, ex))
+            except Exception as exc:   # a grader's crash is not the response's fault
+                uniq.append(Verdict(False, GRADER_ERROR, None, f"{type(exc).__name__}: {exc}"[:2000]))
+    else:
+        bound = max(code_time_bound(ex) for _, ex in items) + 30.0
+        pool = pool or _code_pool(bound, workers)
+        uniq = []
+        for r in pool.map(items):
+            if r.status == "ok":
+                uniq.append(r.value)
+            else:
+                name = "timeout" if r.status == "timeout" else GRADER_ERROR
+                uniq.append(Verdict(False, name, None, r.detail[-2000:]))
+    return [uniq[k] for k in keys]
 
 
 GRADERS: dict[str, Grader] = {
@@ -55,7 +246,9 @@ GRADERS: dict[str, Grader] = {
     "countdown": _task_grader("countdown"),
     "math": grade_math_example,
     "code": grade_code_example,
+    "minicode": grade_code_example,
 }
+CODE_TASKS = ("code", "minicode")   # graded by grade_code_batch (worker processes, one sandbox call each)
 
 
 def get_grader(name: str) -> Grader:
@@ -70,8 +263,10 @@ def reward_of(v: Verdict) -> float:
 
 
 def grade_responses(name: str, responses: Sequence[str], examples: Sequence[dict]) -> list[Verdict]:
-    """Verdicts for a batch. Math answers are graded in a process pool with a hard per-item timeout; any
-    exception of a grader becomes that response's ``grader_error``."""
+    """Verdicts for a batch. Math answers and programs are graded in process pools with a hard per-item timeout
+    (``grade_code_batch``); any exception of a grader becomes that response's ``grader_error``."""
+    if name in CODE_TASKS and GRADERS[name] is grade_code_example:
+        return grade_code_batch(responses, examples)
     if name == "math":
         try:
             from scoring.pool import grade_math_batch

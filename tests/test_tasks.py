@@ -5,14 +5,14 @@ from collections import Counter
 
 import pytest
 
-from scoring.tasks import TASKS, addition, countdown, get_task
+from scoring.tasks import TASKS, addition, countdown, get_task, minicode
 from scoring.tasks import make as make_cli
 
 
 def test_registry_is_a_plain_dict():
-    assert TASKS == {"addition": addition, "countdown": countdown}
+    assert TASKS == {"addition": addition, "countdown": countdown, "minicode": minicode}
     assert get_task("countdown") is countdown
-    with pytest.raises(ValueError, match="choose one of: addition, countdown"):
+    with pytest.raises(ValueError, match="choose one of: addition, countdown, minicode"):
         get_task("sudoku")
 
 

@@ -1,7 +1,15 @@
 """Training prompts: load rows (local JSONL / JSON array, a hub dataset, or an embedded task) and hand out batches.
 
 Rows are validated at load time: a malformed line or a row without the prompt or answer field fails with the
-file and line named. The loader's position (epoch, offset) is part of the checkpoint, so a resumed run sees the
+file and line named.
+
+Code data (``task: code``) in the published verl/rllm layout (KlearReasoner-CodeSub-15K, DeepCoder): rows
+``{"prompt": [{"role": "user", "content": ...}], "data_source": ..., "reward_model": {"ground_truth": <tests as a
+JSON string>, "style": "rule"}, ...}``. ``code_tests(data_source, ground_truth)`` reads each source's test format
+into the normalized fields ``scoring.rewards`` grades (``testtype``, ``tests``, ``fn_name``, ``test_match``,
+``test_scripts``); ``code_question`` turns the statement into LiveCodeBench's user turn, so the ``lcb`` template
+renders a training prompt exactly as ``eval`` renders a LiveCodeBench one. A format that cannot be graded here
+fails with the file, line, field and the reason. The loader's position (epoch, offset) is part of the checkpoint, so a resumed run sees the
 same prompts in the same order.
 """
 
@@ -63,7 +71,8 @@ def load_examples(cfg) -> list[dict]:
     else:
         numbered = list(enumerate(_load_hub(cfg.train_file, cfg.train_subset), start=1))
         source = f"hub dataset '{cfg.train_file}'"
-    examples = []
+    code = cfg.task == "code"
+    examples, skipped = [], {}
     for lineno, row in numbered:
         values = {}
         for key in required:
@@ -77,13 +86,228 @@ def load_examples(cfg) -> list[dict]:
         if cfg.algorithm == "luffy":
             ex[cfg.off_policy_key] = _message_text(values[cfg.off_policy_key])
         ex["id"] = str(row.get("id", lineno))
+        if code:
+            try:
+                ex.update(code_fields(row, values[cfg.answer_key], answer_key=cfg.answer_key, statement=ex["prompt"]))
+            except UnsupportedTests as exc:
+                if not cfg.skip_unsupported_code_rows:
+                    raise DataError(f"{source}:{lineno}: {exc}; set skip_unsupported_code_rows=true to leave such "
+                                    f"rows out (they are counted)") from None
+                skipped[exc.kind] = skipped.get(exc.kind, 0) + 1
+                continue
+            except ValueError as exc:
+                raise DataError(f"{source}:{lineno}: {exc}") from None
         examples.append(ex)
+    if skipped:
+        import sys
+        print(f"{source}: left out {sum(skipped.values())} rows whose tests cannot be graded here "
+              f"({', '.join(f'{k}: {v}' for k, v in sorted(skipped.items()))})", file=sys.stderr)
     if not examples:
         raise DataError(f"{source}: no training rows")
     if 0 < cfg.max_train_examples < len(examples):
         pick = np.random.default_rng([cfg.seed, 4608]).choice(len(examples), cfg.max_train_examples, replace=False)
         examples = [examples[i] for i in sorted(pick)]
     return examples
+
+
+# ------------------------------------------------------------------------------------------------ code data
+class UnsupportedTests(ValueError):
+    """A row whose tests are in a format the sandbox cannot run here (pytest files, tests in external files)."""
+
+    def __init__(self, msg: str, kind: str):
+        super().__init__(msg)
+        self.kind = kind
+
+
+# data_source -> how its ground truth reads (sources: rllm's ``rllm/rewards/code_reward.py`` as copied into
+# KlearReasoner's ``verl/utils/reward_score/rllm_code_reward.py``, and KlearReasoner's ``code_r1_compute.py`` for its
+# own ``coder1`` rows; a ``_longcot`` suffix selects the same reader, as KlearReasoner's dispatch does)
+CODE_SOURCES = {
+    "livecodebench": "list of {input, output, testtype: stdin|functional, metadata: {func_name}}: LiveCodeBench's format",
+    "codeforces": "list of {input, output}: stdin",
+    "primeintellect": "list of {input, output[, fn_name]}: stdin, or call-based with the arguments as a list (TACO's runner)",
+    "taco": "{inputs: [...], outputs: [...][, fn_name]}: stdin, or call-based (gold may be wrapped in a list)",
+    "apps": "as taco",
+    "code_contests": "as taco",
+    "leetcode": "{functional: <test code>}: appended to the solution, must exit 0",
+    "coder1": "{inputs, outputs} stdin; {functional: <test code> | [test code, ...]}; ({pytest}, {inputs_file} unsupported)",
+}
+UNSUPPORTED_SOURCES = {
+    "kodcode": "its tests are a pytest file, and pytest is not available inside the sandbox",
+    "humanevalplus": "its tests are a check() program whose entry point the row does not name",
+    "ifeval": "it is not a code task (instruction following)",
+}
+
+# the opening of LiveCodeBench's system prompt, which Code-R1/KlearReasoner rows repeat inside the user turn; the
+# ``lcb`` template adds the system prompt itself, so it is taken off the statement
+_LCB_PREAMBLE = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
+                 "generate a correct Python program that matches the specification and passes all tests.")
+
+
+def code_question(statement: str, starter_code: str = "") -> str:
+    """LiveCodeBench's user turn (``scoring.templates.lcb_question``) for a training statement: the repeated
+    system-prompt opening removed, a statement that already is such a turn kept."""
+    from scoring.templates import lcb_question
+    text = statement.strip()
+    if text.startswith("### Question:"):
+        return statement
+    if text.startswith(_LCB_PREAMBLE):
+        text = text[len(_LCB_PREAMBLE):].lstrip()
+    return lcb_question(text, starter_code)
+
+
+def _as_text(x, field: str, join: str) -> str:
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list) and all(isinstance(v, str) for v in x):
+        return join.join(x)
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return str(x)
+    raise ValueError(f"{field} must be a string (or a list of lines), got {type(x).__name__}")
+
+
+def _json_args(args, field: str) -> str:
+    if not isinstance(args, list):
+        raise ValueError(f"{field} of a call-based test must be the list of arguments, got {type(args).__name__}")
+    return "\n".join(json.dumps(a) for a in args)
+
+
+def _pairs(tests, field: str) -> list:
+    if not isinstance(tests, list) or not tests:
+        raise ValueError(f"{field} must be a non-empty list of {{input, output}} tests, got "
+                         f"{type(tests).__name__ if not isinstance(tests, list) else 'an empty list'}")
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict) or "input" not in t or "output" not in t:
+            raise ValueError(f"{field}[{i}] must be an object with 'input' and 'output'")
+    return tests
+
+
+def _dict_of_lists(gt, field: str, *, join: str, stdin_join: str = "\n") -> dict:
+    inputs, outputs = gt.get("inputs"), gt.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
+        raise ValueError(f"{field} must hold non-empty lists 'inputs' and 'outputs'")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{field}: {len(inputs)} inputs but {len(outputs)} outputs")
+    fn = gt.get("fn_name")
+    if fn:
+        return {"testtype": "functional", "fn_name": str(fn), "test_match": "taco",
+                "tests": [{"input": _json_args(a, f"{field}.inputs[{i}]"), "output": json.dumps(o)}
+                          for i, (a, o) in enumerate(zip(inputs, outputs))]}
+    return {"testtype": "stdin", "tests": [{"input": _as_text(a, f"{field}.inputs[{i}]", stdin_join),
+                                            "output": _as_text(o, f"{field}.outputs[{i}]", join)}
+                                           for i, (a, o) in enumerate(zip(inputs, outputs))]}
+
+
+def _scripts(value, field: str) -> list[str]:
+    if isinstance(value, str) and value.strip():
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ValueError(f"{field} must be test code (a string) or a non-empty list of test programs")
+
+
+def code_tests(data_source: str, ground_truth, *, field: str = "reward_model.ground_truth") -> dict:
+    """The normalized test fields (``scoring.rewards``) of one row from its ``data_source`` and ground truth (the
+    published JSON string, or already parsed). ValueError naming ``field`` for a malformed one;
+    ``UnsupportedTests`` for a format the sandbox cannot run here."""
+    src = str(data_source)
+    base = src[:-len("_longcot")] if src.endswith("_longcot") else src
+    if base in UNSUPPORTED_SOURCES:
+        raise UnsupportedTests(f"data_source '{src}' cannot be graded here: {UNSUPPORTED_SOURCES[base]}", base)
+    if base not in CODE_SOURCES:
+        raise ValueError(f"data_source '{src}' has no known test format (known: "
+                         f"{', '.join(sorted(CODE_SOURCES))}, each optionally with _longcot)")
+    gt = ground_truth
+    if isinstance(gt, str):
+        try:
+            gt = json.loads(gt)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{field} is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    if base == "livecodebench":
+        tests = _pairs(gt, field)
+        kinds = {t.get("testtype", "stdin") for t in tests}
+        if len(kinds) != 1 or not kinds <= {"stdin", "functional"}:
+            raise ValueError(f"{field}: every test's testtype must be stdin or functional, and all the same; got "
+                             f"{sorted(map(str, kinds))}")
+        out = {"testtype": kinds.pop(), "test_match": "lcb",
+               "tests": [{"input": _as_text(t["input"], f"{field}[{i}].input", "\n"),
+                          "output": _as_text(t["output"], f"{field}[{i}].output", "\n")} for i, t in enumerate(tests)]}
+        if out["testtype"] == "functional":
+            meta = tests[0].get("metadata") or {}
+            if isinstance(meta, str):
+                try:
+                    meta = json.loads(meta)
+                except json.JSONDecodeError:
+                    meta = {}
+            if not isinstance(meta, dict) or not meta.get("func_name"):
+                raise ValueError(f"{field}[0].metadata.func_name is missing: a functional LiveCodeBench test needs "
+                                 f"the function name")
+            out["fn_name"] = str(meta["func_name"])
+        return out
+    if base == "codeforces":
+        tests = _pairs(gt, field)
+        return {"testtype": "stdin", "tests": [{"input": _as_text(t["input"], f"{field}[{i}].input", "\n"),
+                                                "output": _as_text(t["output"], f"{field}[{i}].output", "\n")}
+                                               for i, t in enumerate(tests)]}
+    if base == "primeintellect":
+        tests = _pairs(gt, field)
+        fn = tests[0].get("fn_name")
+        if fn:
+            return {"testtype": "functional", "fn_name": str(fn), "test_match": "taco",
+                    "tests": [{"input": _json_args(t["input"], f"{field}[{i}].input"), "output": json.dumps(t["output"])}
+                              for i, t in enumerate(tests)]}
+        return {"testtype": "stdin", "tests": [{"input": _as_text(t["input"], f"{field}[{i}].input", "\n"),
+                                                "output": _as_text(t["output"], f"{field}[{i}].output", "\n")}
+                                               for i, t in enumerate(tests)]}
+    if not isinstance(gt, dict):
+        raise ValueError(f"{field} of a '{src}' row must be a JSON object, got {type(gt).__name__}")
+    if base in ("taco", "apps", "code_contests"):
+        return _dict_of_lists(gt, field, join="\n")
+    if base == "leetcode":
+        if "functional" not in gt:
+            raise ValueError(f"{field} of a leetcode row must hold 'functional' (the test code)")
+        return {"testtype": "assert", "test_scripts": _scripts(gt["functional"], f"{field}.functional")}
+    # coder1 (KlearReasoner's own rows, after Code-R1)
+    if "functional" in gt:
+        return {"testtype": "assert", "test_scripts": _scripts(gt["functional"], f"{field}.functional")}
+    if "pytest" in gt:
+        raise UnsupportedTests(f"{field}.pytest: pytest tests cannot be graded here (pytest is not available "
+                               f"inside the sandbox)", "pytest")
+    if "inputs_file" in gt or "outputs_file" in gt:
+        raise UnsupportedTests(f"{field}.inputs_file: tests stored in external files cannot be graded (the files "
+                               f"are not part of the row)", "inputs_file")
+    if "inputs" in gt:
+        # Code-R1 joins a list-valued test with ", " (code_r1_compute.sample_test_cases)
+        out = _dict_of_lists(gt, field, join=", ", stdin_join=", ")
+        out["test_match"] = "lcb"
+        return out
+    raise ValueError(f"{field} of a '{src}' row has none of inputs/outputs, functional, pytest (keys: "
+                     f"{sorted(gt)})")
+
+
+def code_fields(row: dict, answer, *, answer_key: str, statement: str) -> dict:
+    """What ``load_examples`` adds to a code row: the normalized tests, the LiveCodeBench user turn as ``prompt``
+    (statement plus the row's starter code, when it has one) and ``data_source``."""
+    if "data_source" in row:
+        out = code_tests(row["data_source"], answer, field=answer_key)
+    elif isinstance(answer, list) and "reward_model" not in row:   # our own rows: tests, testtype, fn_name fields
+        tests = answer
+        kind = row.get("testtype", "stdin")
+        if kind not in ("stdin", "functional"):
+            raise ValueError(f"field 'testtype' must be stdin or functional, got {kind!r}")
+        out = {"testtype": kind, "tests": _pairs(tests, answer_key)}
+        if kind == "functional":
+            if not row.get("fn_name"):
+                raise ValueError("a functional row needs the field 'fn_name'")
+            out["fn_name"] = str(row["fn_name"])
+    else:
+        raise ValueError("row has no field 'data_source' (which selects how reward_model.ground_truth reads)")
+    if "ability" in row and row["ability"] != "code":
+        raise ValueError(f"field 'ability' is {row['ability']!r}: not a code row (task: code)")
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    starter = row.get("starter_code") or extra.get("starter_code") or ""
+    out["prompt"] = code_question(statement, str(starter))
+    return out
 
 
 def get_field(row: dict, key: str):

@@ -9,6 +9,7 @@ whose module or dependencies are missing only fails when it is asked for.
 | livecodebench | ``eval.benchmarks.livecodebench`` | code |
 | humaneval, humaneval_plus, mbpp_plus | ``eval.benchmarks.humaneval`` | code |
 | addition, countdown | ``eval.benchmarks.tasks`` (the trainer's embedded tasks) | task |
+| minicode | ``eval.benchmarks.tasks`` (the embedded code task, graded in the sandbox) | code |
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mbpp_plus": ("eval.benchmarks.humaneval", "MBPP_PLUS"),
     "addition": ("eval.benchmarks.tasks", "ADDITION"),
     "countdown": ("eval.benchmarks.tasks", "COUNTDOWN"),
+    "minicode": ("eval.benchmarks.tasks", "MINICODE"),
 }
 
 # the paper's six math benchmarks, in its table order

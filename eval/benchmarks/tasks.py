@@ -1,10 +1,12 @@
-"""The trainer's embedded tasks (``scoring.tasks``: addition, countdown) as benchmarks for the tiny models.
+"""The trainer's embedded tasks (``scoring.tasks``: addition, countdown, minicode) as benchmarks for the tiny models.
 
 Default problems: a held-out split generated with a fixed seed (``TEST_SEED``, far from the seeds training
 uses) and the task's default difficulty; ``--problems FILE`` reads rows of the same format instead (JSONL,
 ``{"id", "prompt", "answer", ...}``, as ``python -m scoring.tasks.make`` writes). Template ``raw`` (the prompt
 is the model's input as is), 8 samples at temperature 1.0, 64 new tokens. A response is correct when the
-task's reward is positive. ``scoring.tasks`` is imported lazily.
+task's reward is positive; ``minicode`` (kind ``code``, 64 new tokens) takes its verdict from the trainer's code
+reward (``scoring.rewards.grade_code_example``: the program run on the problem's tests in the sandbox), so a
+sandbox failure is ``grader_error`` (not scored) rather than a wrong answer. ``scoring.tasks`` is imported lazily.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from functools import partial
 from eval.benchmarks.base import Benchmark, Problem, Verdict
 from eval.benchmarks.mathbench import read_jsonl_located
 
-__all__ = ["ADDITION", "COUNTDOWN", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task"]
+__all__ = ["ADDITION", "COUNTDOWN", "MINICODE", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task", "grade_code_task"]
 
 TEST_SEED = 10_000
 TEST_SIZE = 200
@@ -56,11 +58,20 @@ def grade_task(response: str, problem: Problem) -> Verdict:
     return Verdict(ok, "pass" if ok else ("wrong_answer" if answer is not None else "no_answer"), answer)
 
 
-def _benchmark(task: str, description: str) -> Benchmark:
-    return Benchmark(name=task, version=f"{task}-{VERSION}-seed{TEST_SEED}-n{TEST_SIZE}", kind="task",
-                     load=partial(load_task, task=task), grade=grade_task, default_template="raw",
-                     generation=dict(GENERATION), description=description)
+def grade_code_task(response: str, problem: Problem) -> Verdict:
+    """The verdict of the trainer's code reward on the problem's row (its tests run in the sandbox)."""
+    from scoring.rewards import grade_code_example
+    return grade_code_example(response, problem.meta["row"])
+
+
+def _benchmark(task: str, description: str, *, kind: str = "task", grade=grade_task,
+               generation: dict = GENERATION) -> Benchmark:
+    return Benchmark(name=task, version=f"{task}-{VERSION}-seed{TEST_SEED}-n{TEST_SIZE}", kind=kind,
+                     load=partial(load_task, task=task), grade=grade, default_template="raw",
+                     generation=dict(generation), description=description)
 
 
 ADDITION = _benchmark("addition", f"scoring.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
 COUNTDOWN = _benchmark("countdown", f"scoring.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")
+MINICODE = _benchmark("minicode", f"scoring.tasks.minicode, {TEST_SIZE} problems, seed {TEST_SEED}, graded in the "
+                      f"sandbox", kind="code", grade=grade_code_task, generation={**GENERATION, "max_tokens": 64})

@@ -3,15 +3,16 @@
 Each task module exposes ``make_examples(n, *, seed, **difficulty) -> list[dict]`` (rows with ``id``,
 ``prompt``, ``answer``, ``solution`` plus task fields; deterministic in the seed), ``reward(response,
 example) -> float`` (1.0 or 0.0) and ``DIFFICULTY`` (the difficulty keywords and their defaults). The
-``solution`` column is the task's own solver trace: the target of supervised warm-up (``trainer.sft``) and
+``solution`` column is the task's own solver trace (``minicode``: its solver program; its rows also carry the
+tests its reward runs in the sandbox): the target of supervised warm-up (``trainer.sft``) and
 LUFFY's off-policy column. ``python -m scoring.tasks.make`` writes a JSONL data file.
 """
 
 from types import ModuleType
 
-from scoring.tasks import addition, countdown
+from scoring.tasks import addition, countdown, minicode
 
-TASKS: dict[str, ModuleType] = {"addition": addition, "countdown": countdown}
+TASKS: dict[str, ModuleType] = {"addition": addition, "countdown": countdown, "minicode": minicode}
 
 
 def get_task(name: str) -> ModuleType:

@@ -1,0 +1,248 @@
+"""The dry run's checks (``python -m trainer.train --config ... --dry-run``): everything that can fail before a model
+is built and that can be checked offline.
+
+``preflight(cfg) -> list[Check]``, each ``ok``, ``skip`` (cannot be checked here, and why) or ``fail`` (what is
+wrong and what to do):
+
+- **reward**: the task's grader can be built, and grades a known-right and a known-wrong answer correctly: math
+  through math-verify's worker pool, code through the sandbox and the grading worker pool (so a missing
+  ``unshare``, a sandbox that cannot start, or a pool that cannot fork fails here, not at step 0);
+- **template**: the prompt template suits the task (no ``\\boxed{}`` math instruction in front of code problems,
+  no LiveCodeBench prompt on math, ``raw`` for the embedded tasks);
+- **data**: a local file is read as the trainer reads it (every row's prompt and answer field; for code every
+  row's tests parsed for its ``data_source``, errors naming file:line and field); a hub data set that is not on
+  this machine is checked against its published columns when it is one we know (``PUBLISHED``), and one of its
+  published rows is read and rendered; the rows' ``ability`` must agree with the task;
+- **prompt**: the first row rendered with the template and the model's own tokenizer when the tokenizer is on this
+  machine (tiny models, a local directory, the Hugging Face cache), with the prompt-length filter applied;
+- **model**: a tiny size, a local directory, or a hub id that will be downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.config import Config
+
+# Hub data sets whose published layout we know (their dataset cards), so the column names of a preset can be
+# checked without downloading them. KlearReasoner-CodeSub-15K: the card's "Data Fields" and example row.
+PUBLISHED = {
+    "Kwai-Klear/KlearReasoner-CodeSub-15K": {
+        "task": "code",
+        "columns": ("data_source", "prompt", "ability", "reward_model", "reward_model.ground_truth",
+                    "reward_model.style"),
+        "example": {
+            "hash": "47c43857280be8a7557cc36b998b3012", "ability": "code", "data_source": "coder1_longcot",
+            "prompt": [{"role": "user", "content": (
+                "You are an expert Python programmer. You will be given a question (problem specification) and will "
+                "generate a correct Python program that matches the specification and passes all tests.\n\n"
+                "Takahashi is planning to eat N dishes. Print Yes if he can eat all of them, else No.")}],
+            "reward_model": {"ground_truth": json.dumps({"inputs": ["1\nsweet\n"], "outputs": ["Yes\n"]}),
+                             "style": "rule"}},
+    },
+}
+
+# which templates suit which reward (scoring.templates): code gets LiveCodeBench's prompt, math a boxed-answer one,
+# the embedded tasks (tiny char-level models without a chat template) their prompt as is
+MATH_TEMPLATES = ("qwen-math", "qwen-boxed", "r1")
+TASK_TEMPLATES = {"code": ("lcb",), "math": MATH_TEMPLATES, "addition": ("raw",), "countdown": ("raw",),
+                  "minicode": ("raw",)}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str        # ok | skip | fail
+    detail: str
+
+    def line(self) -> str:
+        return f"  {self.status.upper():<4} {self.name}: {self.detail}"
+
+
+def preflight(cfg: Config) -> list[Check]:
+    checks = [check_template(cfg), check_reward(cfg)]
+    data_check, examples = check_data(cfg)
+    checks.append(data_check)
+    checks.append(check_prompt(cfg, examples))
+    checks.append(check_model(cfg))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------------- template
+def check_template(cfg: Config) -> Check:
+    from scoring.templates import TEMPLATES
+    if cfg.template not in TEMPLATES:
+        return Check("template", "fail", f"unknown template '{cfg.template}'; choose one of {sorted(TEMPLATES)}")
+    want = TASK_TEMPLATES.get(cfg.task)
+    if want is None:
+        return Check("template", "skip", f"no template rule for task '{cfg.task}'")
+    if cfg.template in want:
+        return Check("template", "ok", f"'{cfg.template}' suits task '{cfg.task}'")
+    if cfg.task == "code" and cfg.template in MATH_TEMPLATES:
+        why = ("puts the math instruction (\"put your final answer within \\boxed{}\") in front of code problems; "
+               "use template=lcb (LiveCodeBench's prompt through the model's chat template, as eval renders the "
+               "benchmark)")
+    elif cfg.task == "math" and cfg.template == "lcb":
+        why = "asks math problems for a Python program (LiveCodeBench's prompt); use qwen-math, qwen-boxed or r1"
+    else:
+        why = f"task '{cfg.task}' is prompted with {' or '.join(want)}"
+    return Check("template", "fail", f"template '{cfg.template}' with task '{cfg.task}': {why}")
+
+
+# ------------------------------------------------------------------------------------------------------ reward
+def check_reward(cfg: Config) -> Check:
+    from scoring.rewards import GRADERS, grade_responses
+    if cfg.task not in GRADERS:
+        return Check("reward", "fail", f"no reward for task '{cfg.task}'; choose one of {sorted(GRADERS)}")
+    try:
+        if cfg.task == "math":
+            got = grade_responses("math", ["so \\boxed{12}", "so \\boxed{13}"], [{"answer": "12"}, {"answer": "12"}])
+        elif cfg.task in ("code", "minicode"):
+            from scoring.rewards import grade_code_batch
+            from scoring.sandbox import isolation
+            iso = isolation()
+            ex = {"testtype": "stdin", "tests": [{"input": "2 3\n", "output": "5"}]}
+            right = "```python\na,b=map(int,input().split())\nprint(a+b)\n```"
+            wrong = "```python\na,b=map(int,input().split())\nprint(a-b)\n```"
+            got = grade_code_batch([right, wrong], [ex, dict(ex)], workers=2)
+        else:
+            from scoring.tasks import get_task
+            [ex] = get_task(cfg.task).make_examples(1, seed=0, **cfg.task_kwargs)
+            got = grade_responses(cfg.task, [ex["solution"], ""], [ex, ex])
+    except Exception as exc:   # the point of the check: report whatever stops the reward from being built
+        return Check("reward", "fail", f"the '{cfg.task}' reward cannot be built: {type(exc).__name__}: {exc}")
+    verdicts = [v.verdict for v in got]
+    if [v.correct for v in got] != [True, False] or "grader_error" in verdicts or "timeout" in verdicts:
+        detail = "; ".join(f"{v.verdict} {v.detail[:300]}" for v in got)
+        return Check("reward", "fail", f"the '{cfg.task}' reward graded a known-right and a known-wrong answer as "
+                                       f"{verdicts} (want pass, then a failure): {detail}")
+    note = ""
+    if cfg.task in ("code", "minicode"):
+        from scoring.rewards import code_workers
+        note = (f"; sandbox {'fully isolated' if iso.full else 'NOT fully isolated: ' + iso.reason}, "
+                f"{code_workers()} grading processes per rank")
+    return Check("reward", "ok", f"'{cfg.task}' grades a known-right answer pass and a known-wrong one "
+                                 f"{verdicts[1]}{note}")
+
+
+# -------------------------------------------------------------------------------------------------------- data
+def _histogram(examples: list[dict], key: str) -> str:
+    counts: dict[str, int] = {}
+    for ex in examples:
+        counts[str(ex.get(key))] = counts.get(str(ex.get(key)), 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _ability_mismatch(cfg: Config, examples: list[dict]) -> str | None:
+    want = {"code": "code", "math": "math"}.get(cfg.task)
+    if want is None:
+        return None
+    bad = [ex for ex in examples if "ability" in ex and ex["ability"] != want]
+    if bad:
+        return (f"{len(bad)} of {len(examples)} rows have ability '{bad[0]['ability']}' but the task is '{cfg.task}'; "
+                f"set task to match the data")
+    return None
+
+
+def check_data(cfg: Config) -> tuple[Check, list[dict]]:
+    from trainer.data import DataError, code_fields, get_field, load_examples
+    if not cfg.train_file:
+        try:
+            examples = load_examples(cfg)
+        except (DataError, ValueError) as exc:
+            return Check("data", "fail", str(exc)), []
+        return Check("data", "ok", f"{len(examples)} rows generated by task '{cfg.task}'"), examples
+    if Path(cfg.train_file).exists():
+        try:
+            examples = load_examples(cfg)
+        except DataError as exc:
+            return Check("data", "fail", str(exc)), []
+        bad = _ability_mismatch(cfg, examples)
+        if bad:
+            return Check("data", "fail", f"{cfg.train_file}: {bad}"), examples
+        detail = f"{len(examples)} rows of {cfg.train_file}"
+        if cfg.task == "code":
+            detail += (f"; data_source: {_histogram(examples, 'data_source')}; tests: "
+                       f"{_histogram(examples, 'testtype')}")
+        return Check("data", "ok", detail), examples
+    known = PUBLISHED.get(cfg.train_file)
+    if known is None:
+        return Check("data", "skip", f"'{cfg.train_file}' is not a local file: read from the hub at run time; its "
+                                     f"columns cannot be checked offline"), []
+    missing = [k for k in (cfg.prompt_key, cfg.answer_key) if k not in known["columns"]]
+    if cfg.algorithm == "luffy" and cfg.off_policy_key not in known["columns"]:
+        missing.append(cfg.off_policy_key)
+    if missing:
+        return Check("data", "fail", f"'{cfg.train_file}' has no column {', '.join(map(repr, missing))} (its "
+                                     f"published columns: {', '.join(known['columns'])}); set prompt_key/"
+                                     f"answer_key to one of them (code tests: reward_model.ground_truth)"), []
+    if known["task"] != cfg.task:
+        return Check("data", "fail", f"'{cfg.train_file}' is {known['task']} data but task is '{cfg.task}'"), []
+    row = known["example"]
+    ex = dict(row, id="published-example", prompt=str(get_field(row, cfg.prompt_key)[-1]["content"]),
+              answer=get_field(row, cfg.answer_key))
+    if cfg.task == "code":
+        try:
+            ex.update(code_fields(row, ex["answer"], answer_key=cfg.answer_key, statement=ex["prompt"]))
+        except ValueError as exc:
+            return Check("data", "fail", f"the published example row of '{cfg.train_file}' does not read: {exc}"), []
+    return Check("data", "ok", f"'{cfg.train_file}' is read from the hub at run time; its published columns hold "
+                               f"{cfg.prompt_key} and {cfg.answer_key}, and its published example row reads "
+                               f"({ex.get('testtype', 'answer')} tests)"), [ex]
+
+
+# ------------------------------------------------------------------------------------------------------ prompt
+def _offline_tokenizer(cfg: Config):
+    """(tokenizer, where) when the model's tokenizer is on this machine, else (None, why not)."""
+    if cfg.model.startswith("tiny:"):
+        from inference.tiny import build_tokenizer
+        return build_tokenizer(), "the tiny character tokenizer"
+    try:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(cfg.model, local_files_only=True)
+    except Exception as exc:
+        return None, f"the tokenizer of '{cfg.model}' is not on this machine ({type(exc).__name__})"
+    return tok, f"the tokenizer of '{cfg.model}'"
+
+
+def check_prompt(cfg: Config, examples: list[dict]) -> Check:
+    if not examples:
+        return Check("prompt", "skip", "no rows to render")
+    from scoring.templates import BOXED_INSTRUCTION, render_prompt
+    tok, where = _offline_tokenizer(cfg)
+    try:
+        text = examples[0]["prompt"] if cfg.template == "raw" else render_prompt(cfg.template, examples[0]["prompt"], tok)
+    except Exception as exc:
+        return Check("prompt", "fail", f"template '{cfg.template}' cannot render the first row: "
+                                       f"{type(exc).__name__}: {exc}")
+    if cfg.task == "code" and (BOXED_INSTRUCTION in text or "### Question:" not in text):
+        return Check("prompt", "fail", "the rendered code prompt is not LiveCodeBench's (### Question: ...) or "
+                                       "carries the boxed math instruction; use template=lcb")
+    if tok is None:
+        return Check("prompt", "skip", f"first row rendered without a chat template ({len(text)} characters); "
+                                       f"{where}, so the chat template and prompt lengths are not checked")
+    lengths = [len(tok(text if i == 0 else (ex["prompt"] if cfg.template == "raw" else
+                                             render_prompt(cfg.template, ex["prompt"], tok)),
+                       add_special_tokens=False)["input_ids"])
+               for i, ex in enumerate(examples[:2000])]
+    kept = sum(n <= cfg.max_prompt_tokens for n in lengths)
+    if kept == 0:
+        return Check("prompt", "fail", f"every rendered prompt is longer than max_prompt_tokens={cfg.max_prompt_tokens} "
+                                       f"(shortest {min(lengths)} tokens); raise max_prompt_tokens")
+    return Check("prompt", "ok", f"rendered with {where}: {kept} of {len(lengths)} rows fit max_prompt_tokens="
+                                 f"{cfg.max_prompt_tokens} (longest {max(lengths)} tokens)")
+
+
+# ------------------------------------------------------------------------------------------------------- model
+def check_model(cfg: Config) -> Check:
+    if cfg.model.startswith("tiny:"):
+        return Check("model", "ok", f"{cfg.model} is built locally" + (f" after {cfg.sft_steps} supervised steps"
+                                                                       if cfg.sft_steps else ""))
+    if Path(cfg.model).exists():
+        if not (Path(cfg.model) / "config.json").is_file():
+            return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
+                                          f"model directory")
+        return Check("model", "ok", f"local model directory '{cfg.model}'")
+    return Check("model", "skip", f"'{cfg.model}' is not a local directory: it will be read from the hub at run time")
