@@ -283,7 +283,7 @@ def test_qwen_boxed_uses_the_chat_template():
 
 def test_registry_names_and_errors():
     assert list(BENCHMARKS) == ["aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench", "livecodebench",
-                                "humaneval", "humaneval_plus", "mbpp_plus", "addition", "countdown"]
+                                "humaneval", "humaneval_plus", "mbpp_plus", "addition", "countdown", "minicode"]
     with pytest.raises(ValueError, match="aime24, aime25"):
         get_benchmark("gsm8k")
     b = get_benchmark("aime24")

@@ -91,7 +91,7 @@ def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(tmp_path, sft_
         assert checked, name
         assert all(m < 1e-3 and x < 1e-2 for m, x in checked), (name, checked)
     # every step that updated checks its fresh tokens; M2PO's stale batches hold none sampled now (only the
-    # fresh groups that dynamic sampling adds are checked there)
+    # fresh groups that dynamic sampling adds with refill=fresh are checked there)
     for name in ("dapo", "seeds", "seeds_sampler"):
         assert len(_tokens_for_the_check(r[name])) == sum(g is not None for g in r[name]["grad_norm"]), name
     # the sampler's behavior log-probs and the trainer's forward give the same run to the float: same rewards

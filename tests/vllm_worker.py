@@ -163,7 +163,8 @@ TRAIN_RUNS = {   # name -> overrides; each trains 3 steps from the warmed policy
     "dapo": [],
     "seeds": ["algorithm=seeds", "seed_refresh_interval=2", "seed_ratio=0.5"],
     "seeds_sampler": ["algorithm=seeds", "seed_refresh_interval=2", "behavior_logprobs=sampler"],
-    "m2po": ["algorithm=m2po", "m2po_staleness=1"],
+    # refill=fresh: dynamic sampling adds fresh groups to the stale batch, whose tokens the rollout check reads
+    "m2po": ["algorithm=m2po", "m2po_staleness=1", "refill=fresh"],
 }
 
 
