@@ -25,6 +25,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
+from scoring.pool import default_workers
+
 __all__ = ["EngineSpec", "EngineWorkerError", "Job", "LocalGenerator", "ParallelGenerator", "gpu_groups",
            "make_generator"]
 
@@ -171,10 +173,7 @@ class ParallelGenerator:
         from inference import load_tokenizer
         self.tokenizer = load_tokenizer(spec.model)
         groups = gpu_groups(data_parallel, spec.tensor_parallel_size, visible_gpus() if gpus is None else gpus)
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:
-            cores = os.cpu_count() or 1
+        cores = default_workers()   # the usable cores
         ctx = mp.get_context("spawn")   # never fork a process that may hold CUDA or engine threads
         self.jobs, self.results = ctx.Queue(), ctx.Queue()
         self.procs = []

@@ -708,19 +708,25 @@ def _evalplus(spec, payload, out):
     """EvalPlus: ``trusted`` = its trusted_exec (the canonical solution: deepcopy of each input, timed, no guard);
     else its unsafe_execute around the candidate (reliability_guard, swallow_io, time_limit per input), stopping at
     the first exception like its fast_check; the comparison is EvalPlus's own, run by the grader on the values."""
+    import contextlib
     import time
     h = spec["harness"]
     inputs = _untag(payload["inputs"])
     entry = spec["fn_name"]
-    if payload.get("trusted"):
-        from copy import deepcopy
-        g = {}
-        try:
+    trusted = bool(payload.get("trusted"))
+    if not trusted:
+        u = _LOADED["evalplus_utils"]
+        u.reliability_guard(maximum_memory_bytes=h["max_memory_bytes"])
+    g = {}
+    try:
+        with (contextlib.nullcontext() if trusted else u.swallow_io()):
             exec(spec["source"], g)
             fn = g[entry]
-        except BaseException as e:
-            out.put(_failure(0, e, "load"))
-            return
+    except BaseException as e:
+        out.put(_failure(0, e, "load"))
+        return
+    if trusted:
+        from copy import deepcopy
         for i, inp in enumerate(inputs):
             inp = deepcopy(inp)
             try:
@@ -735,17 +741,7 @@ def _evalplus(spec, payload, out):
             if not out.put({"i": i, "s": "ok", "v": _tagged(value), "t": dt}):
                 return
         return
-    u = _LOADED["evalplus_utils"]
     limits = payload["limits"]
-    u.reliability_guard(maximum_memory_bytes=h["max_memory_bytes"])
-    g = {}
-    try:
-        with u.swallow_io():
-            exec(spec["source"], g)
-            fn = g[entry]
-    except BaseException as e:
-        out.put(_failure(0, e, "load"))
-        return
     for i, inp in enumerate(inputs):
         try:
             with u.time_limit(limits[i]):

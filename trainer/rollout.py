@@ -23,7 +23,7 @@ import torch
 from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.fsdp import Dist, all_gather_objects
 from trainer.policy import score
-from scoring.rewards import grade_responses
+from scoring.rewards import grade_responses, reward_of
 from inference.protocol import Completion
 
 
@@ -267,11 +267,12 @@ class RolloutBuilder:
         verdicts = grade_responses(cfg.task, [rows[i].response_text for i in mine],
                                    [self.examples[rows[i].example_idx] for i in mine])
         merged = {}
-        for part in all_gather_objects({i: (v.correct, v.verdict) for i, v in zip(mine, verdicts)}, d):
+        for part in all_gather_objects(dict(zip(mine, verdicts)), d):
             merged.update(part)
         for i, r in enumerate(rows):
-            r.correct, r.verdict = bool(merged[i][0]), str(merged[i][1])
-            r.reward = (1.0 if r.correct else 0.0) + self._overlong_penalty(len(r.response_ids))
+            v = merged[i]
+            r.correct, r.verdict = bool(v.correct), str(v.verdict)
+            r.reward = reward_of(v) + self._overlong_penalty(len(r.response_ids))
         return rows
 
     def _overlong_penalty(self, length: int) -> float:
