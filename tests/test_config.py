@@ -30,6 +30,7 @@ def test_overrides_are_typed():
     (["model=tiny:3m"], "tiny sizes are"),
     (["train_forward=packed"], "train_forward must be auto, flat or model, got 'packed'"),
     (["rollout_batch_size=0"], "rollout_batch_size must be >= 1, got 0"),
+    (["sft_steps=10", "sft_stop_loss=-0.1"], "sft_stop_loss must be >= 0 (0: no early stop), got -0.1"),
 ])
 def test_bad_configs_name_the_field(override, needle):
     with pytest.raises(ConfigError) as err:

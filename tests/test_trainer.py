@@ -309,3 +309,14 @@ def test_gradient_invariant_to_world_size(tmp_path):
     diff = max(float((single[k] - double[k]).abs().max()) for k in single)
     assert diff <= 1e-5, f"world size 2 changes the gradient by {diff}"
     assert math.isfinite(diff)
+
+
+def test_supervised_warm_up_stops_at_the_loss_and_is_cached_by_it(tmp_path):
+    from trainer.train import sft_cache_dir, warm_start
+    base = [f"output_dir={tmp_path}", "model=tiny:1m", "task=addition", "sft_steps=300"]
+    stopped = Path(warm_start(load_config(None, [*base, "sft_stop_loss=2.0"]), Dist()))
+    summary = json.loads((stopped / "warmup_summary.json").read_text())
+    # the loss starts near ln(vocab) and falls below 2.0 within the first steps; the 20-step window decides
+    assert summary["stopped_early"] and 20 <= summary["steps"] < 300, summary
+    assert stopped.name == "1m-addition-300steps-stop2-seed0"
+    assert sft_cache_dir(load_config(None, base)).name == "1m-addition-300steps-seed0"

@@ -42,6 +42,10 @@ class Config:
                                           # updates) | bfloat16 (pure bf16, needs dtype=bfloat16: at lr 1e-6 most
                                           # weights cannot move, the update is below half a bf16 ulp)
     sft_steps: int = 0                    # tiny:<size> only: supervised warm-up on the task first (cached under output_dir/_sft_cache)
+    sft_stop_loss: float = 0.0            # > 0: the warm-up ends once the mean loss of its last 20 steps is at or
+                                          # below this (sft_steps is then the most it takes; ignored with sft_steps 0):
+                                          # a small model learns these tasks abruptly, and a loss lands it in the
+                                          # imperfect middle more reliably than a step count
     gradient_checkpointing: bool = False
     # --- data and reward -------------------------------------------------------------------------------
     task: str = "addition"                # reward: addition | countdown | math | code
@@ -330,6 +334,7 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
         _check(cfg.m2po_staleness >= 0, "m2po_staleness must be >= 0")
     _check(cfg.sft_steps == 0 or (cfg.model.startswith("tiny:") and not cfg.train_file),
            "sft_steps (supervised warm-up) applies to tiny:<size> models on embedded tasks; set it to 0")
+    _check(cfg.sft_stop_loss >= 0, f"sft_stop_loss must be >= 0 (0: no early stop), got {cfg.sft_stop_loss}")
     if cfg.model.startswith("tiny:"):
         _check(cfg.model.split(":", 1)[1] in ("1m", "2m", "5m", "20m"),
                f"model '{cfg.model}': tiny sizes are tiny:1m, tiny:2m, tiny:5m, tiny:20m")

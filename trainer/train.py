@@ -550,14 +550,23 @@ def render(template: str, question: str, tokenizer) -> str:
     return render_prompt(template, question, tokenizer)
 
 
+def sft_cache_dir(cfg: Config) -> Path:
+    """Where the supervised warm-up of a ``tiny:<size>`` config is cached: one folder per size, task, task
+    arguments, step budget, stop loss and seed."""
+    size = cfg.model.split(":", 1)[1]
+    kw = "-".join(f"{k}{v}" for k, v in sorted(cfg.task_kwargs.items()))
+    stop = f"-stop{cfg.sft_stop_loss:g}" if cfg.sft_stop_loss else ""
+    name = f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps{stop}-seed{cfg.seed}"
+    return Path(cfg.output_dir) / "_sft_cache" / name
+
+
 def warm_start(cfg: Config, d: Dist) -> str:
     """The directory the policy loads from: a hub id's local snapshot (``hub_snapshot``); for ``tiny:<size>`` with
     ``sft_steps``, the supervised warm-up checkpoint (built once, then cached)."""
     if not (cfg.model.startswith("tiny:") and cfg.sft_steps):
         return hub_snapshot(cfg.model, d)
     size = cfg.model.split(":", 1)[1]
-    kw = "-".join(f"{k}{v}" for k, v in sorted(cfg.task_kwargs.items()))
-    path = Path(cfg.output_dir) / "_sft_cache" / f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps-seed{cfg.seed}"
+    path = sft_cache_dir(cfg)
     if d.is_main and not path.is_dir():
         from trainer.sft import sft
         from scoring.tasks import get_task
@@ -565,9 +574,14 @@ def warm_start(cfg: Config, d: Dist) -> str:
         tokenizer = build_tokenizer()
         model = build_model(size, tokenizer, seed=cfg.seed)
         examples = get_task(cfg.task).make_examples(4000, seed=cfg.seed + 7919, **cfg.task_kwargs)
-        print(f"supervised warm-up: {cfg.sft_steps} steps -> {path}", file=sys.stderr)
-        sft(model, tokenizer, examples, steps=cfg.sft_steps, batch_size=64, lr=3e-3, seed=cfg.seed, log=None)
-        save_pretrained_atomic(model, tokenizer, path)
+        print(f"supervised warm-up: {cfg.sft_steps} steps" + (f" (stops at mean loss <= {cfg.sft_stop_loss:g})"
+              if cfg.sft_stop_loss else "") + f" -> {path}", file=sys.stderr)
+        stats = sft(model, tokenizer, examples, steps=cfg.sft_steps, batch_size=64, lr=3e-3, seed=cfg.seed,
+                    stop_loss=cfg.sft_stop_loss or None, log=None)
+        summary = {k: stats[k] for k in ("steps", "stopped_early", "loss_first", "loss_last", "time_s")}
+        print(f"supervised warm-up: {stats['steps']} steps, loss {stats['loss_first']:.3f} -> "
+              f"{stats['loss_last']:.3f}", file=sys.stderr)
+        save_pretrained_atomic(model, tokenizer, path, extra_files={"warmup_summary.json": summary})
     barrier(d)
     return str(path)
 
