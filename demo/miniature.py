@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads, evaluate,
-                           final_checkpoint, machine, make_data, prepare_out, read_metrics, run_config, run_name,
-                           train_run, warmup)
+from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads,
+                           evaluate, final_checkpoint, heldout_prompts, machine, make_data, prepare_out, read_metrics,
+                           run_config, run_name, train_run, warmup)
 from tsanalysis.io import atomic_write_text
 
 _BY_NAME = {s.name: s for s in METHODS}
@@ -167,8 +167,11 @@ def render_code(out: Path, budget: Budget, seeds: int) -> list[str]:
              f"Task `{b.task}` (scoring/tasks/minicode.py: read two integers from stdin and print a function of "
              "them, or write a two-argument function for a functional test), every reward a program run in the "
              "sandbox with LiveCodeBench's harness (all tests pass -> 1). Policy tiny:"
-             f"{b.model_size}, warm-up {wsum.get('steps', '?')} supervised steps on the solver programs (final loss "
-             f"{wsum.get('loss_last', math.nan):.3f}); RL {b.total_steps} steps x {b.prompts_per_step} prompts x "
+             f"{b.model_size}, warm-up {wsum.get('steps', '?')} supervised steps on the solver programs (batch 64, "
+             f"lr 3e-3, stopped at mean loss <= {b.warmup_stop_loss:g}; final {wsum.get('loss_last', math.nan):.3f}), "
+             "shared by every run and seed; the warm-up and the RL pool leave out every prompt of the held-out split "
+             f"({len(heldout_prompts(b.task))} distinct prompts), so the score is on unseen combinations of "
+             f"operation, constant and function name. RL {b.total_steps} steps x {b.prompts_per_step} prompts x "
              f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, lr {b.lr:g}; seeded runs ratio 0.3, "
              f"T {b.seed_interval} (the paper's code setting). Held-out: benchmark `{b.task}` of `eval` "
              f"({b.eval_limit} problems, avg@{b.eval_n}, temperature 1.0, graded in the sandbox). Folder `{out}`.", ""]

@@ -235,3 +235,34 @@ def test_mini_code_preset_trains_with_rewards_from_the_sandbox(tmp_path):
     assert verdicts <= {"pass", "wrong_answer", "runtime_error", "time_limit", "no_answer"}, verdicts
     assert all((r == 1.0) == (v == "pass") for r, v in zip(rows["reward"], rows["verdict"]))
     assert set(rows["variant"]) == {"seed"}   # step 1 continues seeds cut from step 0's rollouts
+
+
+
+def test_code_table_on_policy_run_raises_the_held_out_pass_rate(tmp_path):
+    """The on-policy row of the miniature code table (demo.miniature, seed 0) run as the sweep runs it: the shared
+    supervised warm-up on the solver programs, then 60 RL steps of the mini_code_onpolicy preset whose every reward
+    is a program run in the sandbox. The pass rate of sampled programs on the held-out minicode split (prompts the
+    warm-up and RL never saw) rises; measured here 51.0 % -> 78.8 % (avg@4 over 100 problems)."""
+    from demo.pipeline import CODE, CODE_METHODS, make_data, run_config, warmup
+    from eval.run import run_eval
+    from trainer.fsdp import Dist
+    from trainer.train import train
+
+    def held_out(model: Path, name: str) -> float:
+        res = run_eval([str(model)], [CODE.task], names=[name], out=tmp_path / "eval", n=CODE.eval_n,
+                       limit=CODE.eval_limit, seed=0, engine="hf", progress=False, log=lambda m: None)
+        [rep] = res["reports"]
+        assert rep["problems"] == CODE.eval_limit and not rep.get("ungraded")
+        return rep["avg"]
+
+    train_file = make_data(tmp_path, CODE, log=lambda m: None)
+    warm, _ = warmup(tmp_path, CODE, log=lambda m: None)
+    before = held_out(warm, "warmup")
+    [spec] = [s for s in CODE_METHODS if s.name == "code_onpolicy"]
+    cfg = run_config(spec, CODE, out=tmp_path, seed=0, model=warm, train_file=train_file)
+    run = train(cfg, Dist())
+    after = held_out(run / "checkpoints" / f"step_{CODE.total_steps - 1:06d}", "rl")
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == CODE.total_steps and all(m["reward/ungraded"] == 0 for m in metrics)
+    assert 0.2 < before < 0.8, f"the warm-up should leave room to improve, held-out pass rate {before:.3f}"
+    assert after > before + 0.1, f"held-out pass rate {before:.3f} -> {after:.3f}"
