@@ -162,7 +162,7 @@ def render_code(out: Path, budget: Budget, seeds: int) -> list[str]:
     wsum = json.loads(wfile.read_text()) if wfile.is_file() else {}
     tfile = out / TIMINGS
     timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
-    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, CODE_LABELS[s.name]) for s in CODE_TABLE]
+    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, CODE_LABELS[s.name]) for s in CODE_METHODS]
     lines = ["## Code (Table 2's rows): held-out avg@n, %", "",
              f"Task `{b.task}` (scoring/tasks/minicode.py: read two integers from stdin and print a function of "
              "them, or write a two-argument function for a functional test), every reward a program run in the "
@@ -175,15 +175,15 @@ def render_code(out: Path, budget: Budget, seeds: int) -> list[str]:
              f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, lr {b.lr:g}; seeded runs ratio 0.3, "
              f"T {b.seed_interval} (the paper's code setting). Held-out: benchmark `{b.task}` of `eval` "
              f"({b.eval_limit} problems, avg@{b.eval_n}, temperature 1.0, graded in the sandbox). Folder `{out}`.", ""]
-    return lines + method_rows(out, seeds, rows, CODE_TABLE, sc, timings, baseline="code_onpolicy") + [""]
+    return lines + method_rows(out, seeds, rows, CODE_METHODS, sc, timings, baseline="code_onpolicy") + [""]
 
-
-CODE_TABLE = CODE_METHODS
 
 
 def code_dir(out: Path) -> Path:
     """The code table's folder beside the math one (its own budget and warm-up): ``runs/miniature-code``."""
     return out.with_name(out.name + "-code")
+
+
 CODE_LABELS = {"code_onpolicy": "On-policy (DAPO)",
                "code_seeds_state_action": "Thinking Seeds, ratio 0.3, T 8 (state+action)",
                "code_seeds_state": "Thinking Seeds, ratio 0.3, T 8 (state)"}
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             if "addition" in tables:
                 sweep(out, FULL, args.seeds, fresh=args.fresh)
             if "minicode" in tables:
-                sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_TABLE)
+                sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_METHODS)
         except DemoError as e:
             print(f"demo.miniature: error: {e}", file=sys.stderr)
             return 2

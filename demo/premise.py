@@ -49,8 +49,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from contracts.passk import bootstrap_ci, paired_bootstrap, pass_at_k
+from demo.miniature import t_interval
 from demo.pipeline import (REPO, DemoError, RunSpec, Timings, _seeded, auto_threads, machine, read_metrics,
                            run_config, train_run)
+from eval.metrics import default_ks
 
 Log = Callable[[str], None]
 MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
@@ -131,8 +133,6 @@ def _methods() -> dict[str, RunSpec]:
 
 
 METHODS = _methods()
-LABELS = {"warmup": "supervised warm-up", "early": "on-policy, early", "final": "on-policy, final",
-          **{k: v.paper for k, v in METHODS.items()}}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -193,12 +193,6 @@ def canonical_solution(response: str) -> str | None:
     return out if pos == len(toks) else None
 
 
-def passk_ks(n: int) -> list[int]:
-    """k = 1, 2, 4, ... up to n, and n itself."""
-    ks = [2 ** i for i in range(int(math.log2(n)) + 1)]
-    return ks + ([n] if ks[-1] != n else [])
-
-
 def passk_matrix(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
     """Per-problem unbiased pass@k, shape [P, len(ks)] (``contracts.passk.pass_at_k``)."""
     return np.stack([pass_at_k(n, c, int(k)) for k in ks], axis=1)
@@ -251,12 +245,6 @@ def crossover_table(a: np.ndarray, b: np.ndarray, ks: Sequence[int], *, seed: in
     return {"crossover_k": est, "low": lo, "high": hi, "frac_within_grid": float(np.mean(np.isfinite(boots) &
                                                                                        (boots > ks[0]))),
             "frac_final_never_leads": float(np.mean(boots <= ks[0])), "per_k": per_k}
-
-
-def t_interval(values: Sequence[float]) -> tuple[float, float | None]:
-    """(mean, half-width of the 95 % Student-t interval); None for fewer than two values (demo.miniature's)."""
-    from demo.miniature import t_interval as ti
-    return ti(values)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -477,7 +465,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     tdir = out / "tables"
     tdir.mkdir(parents=True, exist_ok=True)
     root = out / "eval"
-    ks = passk_ks(b.eval_n)
+    ks = default_ks(b.eval_n)
     nsol = {r["id"]: r["n_solutions"] for r in map(json.loads, (out / "data" / "heldout.jsonl").read_text().splitlines())}
 
     def model(name):

@@ -168,11 +168,6 @@ def grade_code_example(response: str, example: dict) -> Verdict:
     return grade_program(extract_code(response), example)
 
 
-def code_item(program: str, example: dict) -> Verdict:
-    """Pool function (module level, so workers import it by reference): one program on one example."""
-    return grade_program(program, example)
-
-
 def code_workers() -> int:
     """Grading processes per trainer rank: the usable cores shared among the ranks of this node
     (``LOCAL_WORLD_SIZE``), at least 1; ``THINKING_SEEDS_CODE_WORKERS`` overrides. Each grading process waits on
@@ -199,13 +194,13 @@ def _code_pool(timeout: float, workers: int):
         else:
             import atexit
             atexit.register(lambda: _CODE_POOL is not None and _CODE_POOL.close())
-        _CODE_POOL = WorkerPool(code_item, workers=workers, timeout=timeout,
+        _CODE_POOL = WorkerPool(grade_program, workers=workers, timeout=timeout,
                                 preload=("scoring.code", "scoring.sandbox"))
     return _CODE_POOL
 
 
-def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, workers: int | None = None,
-                     pool=None) -> list[Verdict]:
+def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, workers: int | None = None
+                     ) -> list[Verdict]:
     """Code verdicts for a batch, graded in ``workers`` processes (``code_workers()``), each running one sandboxed
     program at a time. Identical programs for the same example are graded once (a sharpened policy repeats
     itself). A worker past the hard timeout (``code_time_bound`` + 30 s, rounded up to a minute: the sandbox's
@@ -221,7 +216,7 @@ def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, work
             items.append((prog, ex))
         keys.append(where[key])
     workers = workers or code_workers()
-    if workers <= 1 and pool is None:
+    if workers <= 1:
         uniq = []
         for prog, ex in items:
             try:
@@ -230,7 +225,7 @@ def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, work
                 uniq.append(Verdict(False, GRADER_ERROR, None, f"{type(exc).__name__}: {exc}"[:2000]))
     else:
         bound = max(code_time_bound(ex) for _, ex in items) + 30.0
-        pool = pool or _code_pool(bound, workers)
+        pool = _code_pool(bound, workers)
         uniq = []
         for r in pool.map(items):
             if r.status == "ok":
@@ -265,7 +260,7 @@ def reward_of(v: Verdict) -> float:
 def grade_responses(name: str, responses: Sequence[str], examples: Sequence[dict]) -> list[Verdict]:
     """Verdicts for a batch. Math answers and programs are graded in process pools with a hard per-item timeout
     (``grade_code_batch``); any exception of a grader becomes that response's ``grader_error``."""
-    if name in CODE_TASKS and GRADERS[name] is grade_code_example:
+    if name in CODE_TASKS:
         return grade_code_batch(responses, examples)
     if name == "math":
         try:

@@ -243,7 +243,7 @@ def test_code_table_on_policy_run_raises_the_held_out_pass_rate(tmp_path):
     supervised warm-up on the solver programs, then 60 RL steps of the mini_code_onpolicy preset whose every reward
     is a program run in the sandbox. The pass rate of sampled programs on the held-out minicode split (prompts the
     warm-up and RL never saw) rises; measured here 51.0 % -> 78.8 % (avg@4 over 100 problems)."""
-    from demo.pipeline import CODE, CODE_METHODS, make_data, run_config, warmup
+    from demo.pipeline import CODE, CODE_METHODS, final_checkpoint, make_data, run_config, warmup
     from eval.run import run_eval
     from trainer.fsdp import Dist
     from trainer.train import train
@@ -261,7 +261,7 @@ def test_code_table_on_policy_run_raises_the_held_out_pass_rate(tmp_path):
     [spec] = [s for s in CODE_METHODS if s.name == "code_onpolicy"]
     cfg = run_config(spec, CODE, out=tmp_path, seed=0, model=warm, train_file=train_file)
     run = train(cfg, Dist())
-    after = held_out(run / "checkpoints" / f"step_{CODE.total_steps - 1:06d}", "rl")
+    after = held_out(final_checkpoint(cfg), "rl")
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == CODE.total_steps and all(m["reward/ungraded"] == 0 for m in metrics)
     assert 0.2 < before < 0.8, f"the warm-up should leave room to improve, held-out pass rate {before:.3f}"

@@ -260,7 +260,6 @@ def all_reduce_sum(values: torch.Tensor, d: Dist) -> torch.Tensor:
 def all_reduce_values(values, d: Dist, *, op: str = "sum") -> list[float]:
     """Sum (or max) Python numbers over ranks; the tensor is built here, on the rank's device, in float64."""
     t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=d.device)
-    check_device(t, d, "all_reduce_values")
     if d.enabled:
         dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
     return t.tolist()

@@ -24,7 +24,8 @@ from torch.utils.checkpoint import checkpoint
 
 from inference.batching import micro_batches
 from trainer.algos import logprobs_and_entropy
-from trainer.algos.entropy import _chunk_both, _chunk_both_entropy_detached
+from trainer.algos.entropy import (CHECKPOINT_MIN_ELEMENTS, DEFAULT_CHUNK_SIZE, _chunk_both,
+                                   _chunk_both_entropy_detached)
 from trainer.fsdp import Dist, all_gather_objects, compute_dtype, compute_params
 
 
@@ -125,7 +126,7 @@ def use_flat(model, forward: str) -> bool:
     return reason is None
 
 
-LOGIT_CHUNK_TOKENS = 1024   # positions per LM-head chunk: [1024, V] float32 logits at a time (V=152k: 0.6 GB)
+LOGIT_CHUNK_TOKENS = DEFAULT_CHUNK_SIZE   # positions per LM-head chunk: [1024, V] float32 logits at a time (V=152k: 0.6 GB)
 
 # architectures whose causal-LM forward ends in ``logits = lm_head(hidden[:, logits_to_keep])`` and returns them
 # untouched (no soft-capping or scaling after the head): there the head can hand back log-probs instead of logits
@@ -159,9 +160,10 @@ def chunked_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     """(log-prob of ``targets``, entropy) of ``softmax(hidden @ weight.T + bias) / temperature``, [..., 2] float32,
     ``chunk_tokens`` positions at a time. hidden [..., H], targets [...] (same leading shape).
 
-    Under autograd each chunk is a ``torch.utils.checkpoint`` region: forward keeps only its [C, 2] result, and
-    backward recomputes the chunk's logits, takes their gradient and frees them before the next chunk, so at no
-    time does more than one chunk's [C, V] exist. The gradient of ``weight`` is summed over the chunks in its own
+    Under autograd each chunk of at least ``CHECKPOINT_MIN_ELEMENTS`` logits is a ``torch.utils.checkpoint``
+    region: forward keeps only its [C, 2] result, and backward recomputes the chunk's logits, takes their gradient
+    and frees them before the next chunk, so at no time does more than one such chunk's [C, V] exist (smaller
+    chunks, a small vocabulary, keep theirs: cheaper than recomputing, as in ``trainer.algos.entropy``). The gradient of ``weight`` is summed over the chunks in its own
     dtype (as one GEMM over all positions would sum it internally)."""
     assert chunk_tokens >= 1, f"chunk_tokens={chunk_tokens} must be >= 1"
     lead = targets.shape
@@ -171,7 +173,7 @@ def chunked_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     outs = []
     for h_c, ids_c in zip(h.split(chunk_tokens), ids.split(chunk_tokens)):
-        if grad:
+        if grad and h_c.shape[0] * weight.shape[0] >= CHECKPOINT_MIN_ELEMENTS:
             outs.append(checkpoint(_head_chunk, h_c, weight, bias, ids_c, temperature, entropy_grad,
                                    use_reentrant=False, preserve_rng_state=False))   # no randomness inside
         else:

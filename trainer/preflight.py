@@ -93,13 +93,13 @@ def check_template(cfg: Config) -> Check:
 
 # ------------------------------------------------------------------------------------------------------ reward
 def check_reward(cfg: Config) -> Check:
-    from scoring.rewards import GRADERS, grade_responses
+    from scoring.rewards import CODE_TASKS, GRADERS, grade_responses
     if cfg.task not in GRADERS:
         return Check("reward", "fail", f"no reward for task '{cfg.task}'; choose one of {sorted(GRADERS)}")
     try:
         if cfg.task == "math":
             got = grade_responses("math", ["so \\boxed{12}", "so \\boxed{13}"], [{"answer": "12"}, {"answer": "12"}])
-        elif cfg.task in ("code", "minicode"):
+        elif cfg.task in CODE_TASKS:
             from scoring.rewards import grade_code_batch
             from scoring.sandbox import isolation
             iso = isolation()
@@ -119,7 +119,7 @@ def check_reward(cfg: Config) -> Check:
         return Check("reward", "fail", f"the '{cfg.task}' reward graded a known-right and a known-wrong answer as "
                                        f"{verdicts} (want pass, then a failure): {detail}")
     note = ""
-    if cfg.task in ("code", "minicode"):
+    if cfg.task in CODE_TASKS:
         from scoring.rewards import code_workers
         note = (f"; sandbox {'fully isolated' if iso.full else 'NOT fully isolated: ' + iso.reason}, "
                 f"{code_workers()} grading processes per rank")

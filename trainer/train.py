@@ -54,7 +54,7 @@ from trainer.config import Config, ConfigError, dump_config, load_config, loss_k
 from trainer.data import PromptLoader, load_examples
 from trainer.fsdp import (Dist, all_gather_objects, all_reduce_values, barrier, clip_grad_norm, full_model_state_dict,
                           init_distributed, shard_model, shutdown)
-from trainer.policy import build_policy, resolve_dtype, response_logprobs, score, use_flat
+from trainer.policy import _DTYPES, build_policy, resolve_dtype, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, RolloutBuilder, off_policy_ids
 from scoring.verdict import UNGRADED_VERDICTS
 
@@ -365,7 +365,7 @@ def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
     ~10 small ops per parameter tensor, 4x slower even at one thread and far slower when threads are contended.
     Its moments take the parameters' dtype: the master dtype (``master_dtype``, fp32 unless pure bf16)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    master = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.master_dtype]
+    master = _DTYPES[cfg.master_dtype]
     wrong = sorted({str(p.dtype) for p in params if p.is_floating_point() and p.dtype != master})
     assert not wrong, f"parameters in {wrong}, master_dtype={cfg.master_dtype}: build the model in the master dtype"
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)

@@ -64,14 +64,13 @@ def grade_code_task(response: str, problem: Problem) -> Verdict:
     return grade_code_example(response, problem.meta["row"])
 
 
-def _benchmark(task: str, description: str, *, kind: str = "task", grade=grade_task,
-               generation: dict = GENERATION) -> Benchmark:
+def _benchmark(task: str, description: str, *, kind: str = "task", grade=grade_task) -> Benchmark:
     return Benchmark(name=task, version=f"{task}-{VERSION}-seed{TEST_SEED}-n{TEST_SIZE}", kind=kind,
                      load=partial(load_task, task=task), grade=grade, default_template="raw",
-                     generation=dict(generation), description=description)
+                     generation=dict(GENERATION), description=description)
 
 
 ADDITION = _benchmark("addition", f"scoring.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
 COUNTDOWN = _benchmark("countdown", f"scoring.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")
 MINICODE = _benchmark("minicode", f"scoring.tasks.minicode, {TEST_SIZE} problems, seed {TEST_SEED}, graded in the "
-                      f"sandbox", kind="code", grade=grade_code_task, generation={**GENERATION, "max_tokens": 64})
+                      f"sandbox", kind="code", grade=grade_code_task)
