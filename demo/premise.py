@@ -53,6 +53,7 @@ from demo.miniature import t_interval
 from demo.pipeline import (REPO, DemoError, RunSpec, Timings, _seeded, auto_threads, machine, read_metrics,
                            run_config, train_run)
 from eval.metrics import default_ks
+from tsanalysis.io import atomic_write_text
 
 Log = Callable[[str], None]
 MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
@@ -269,7 +270,7 @@ def prepare_out(out: Path, budget: PremiseBudget, *, fresh: bool, log: Log) -> N
     elif any(out.iterdir()):
         raise DemoError(f"'{out}' is not empty and was not written by demo.premise (no {MARKER}); choose another --out")
     else:
-        marker.write_text(json.dumps({"budget": want}, indent=2) + "\n")
+        atomic_write_text(marker, json.dumps({"budget": want}, indent=2) + "\n")
 
 
 def make_data(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, Path]:
@@ -436,7 +437,7 @@ def train_all(out: Path, b: PremiseBudget, *, warm: Path, data: dict, log: Log, 
             if not res["skipped"]:
                 timings[cfg.run_name] = {"wall_s": res["wall_s"], "cpu_s": res["cpu_s"],
                                          "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
-                (tfile).write_text(json.dumps(timings, indent=1) + "\n")
+                atomic_write_text(tfile, json.dumps(timings, indent=1) + "\n")
             models = [(cfg.run_name, checkpoint(cfg, b.total_steps))]
             if keep:
                 models.append(("early", checkpoint(cfg, b.early_step)))
@@ -520,7 +521,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
         tables["relay_passk"] = pd.read_csv(rel)
     for name, df in tables.items():
         df.to_csv(tdir / f"{name}.csv", index=False)
-    (tdir / "crossover.json").write_text(json.dumps(cross, indent=2) + "\n")
+    atomic_write_text(tdir / "crossover.json", json.dumps(cross, indent=2) + "\n")
     log(f"tables: {', '.join(sorted(tables))}, crossover -> {tdir}")
     return {**tables, "crossover": cross}
 
@@ -605,7 +606,7 @@ def _add_stage(out: Path, name: str, entry: dict) -> None:
     stages[name] = {"wall_s": o.get("wall_s", 0.0) + entry.get("wall_s", 0.0),
                     "cpu_s": o.get("cpu_s", 0.0) + entry.get("cpu_s", 0.0),
                     "note": entry.get("note") or o.get("note", "")}
-    f.write_text(json.dumps(stages, indent=1) + "\n")
+    atomic_write_text(f, json.dumps(stages, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -823,7 +824,6 @@ def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str
     page = page.rstrip("\n") + "\n\n## Grid searched\n\n" + grid + "\n"
     if NOTES_HEADING in old:
         page += "\n" + old[old.index(NOTES_HEADING):]
-    from tsanalysis.io import atomic_write_text
     atomic_write_text(doc, page)
     log(f"wrote {doc}")
     return page

@@ -84,13 +84,10 @@ def make_examples(n: int, *, seed: int, max_k: int = 9, n_ops: int = 6, function
 
 
 def reward(response: str, example: dict) -> float:
-    """1.0 iff the response's program passes every test of ``example`` in the sandbox (what
-    ``scoring.rewards.grade_code_example`` decides; the trainer and ``eval`` read that verdict, which names a
-    sandbox failure ``grader_error``; here a sandbox failure raises ``SandboxError``)."""
-    from scoring.rewards import grade_code_example
-    from scoring.sandbox import SandboxError
-    from scoring.verdict import GRADER_ERROR
-    v = grade_code_example(response, example)
-    if v.verdict == GRADER_ERROR:
-        raise SandboxError(v.detail)
+    """1.0 iff the response's program passes every test of ``example`` in the sandbox, with ``scoring.code``'s
+    harness and default limits (the trainer and ``eval`` grade through ``scoring.rewards.grade_code_example``
+    instead, which names a sandbox failure ``grader_error``; here a sandbox failure raises ``SandboxError``;
+    scoring.rewards imports this package, so this module does not import it back)."""
+    from scoring.code import extract_code, grade_code
+    v = grade_code(extract_code(response), example["tests"], kind=example["testtype"], fn_name=example.get("fn_name"))
     return 1.0 if v.correct else 0.0
