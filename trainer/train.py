@@ -690,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    if not args.dry_run:   # the dry run reports it among its checks
+        from trainer.preflight import check_packages
+        packages = check_packages(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+        if packages.status == "fail":
+            print(f"error: {packages.detail}", file=sys.stderr)
+            return 2
     if args.dry_run:
         dry_run(cfg)
         return 0
