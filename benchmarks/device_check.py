@@ -15,7 +15,7 @@ one part's allocator peak is not the other's), each skipped with the reason when
    (``trainer.fsdp.shard_model``), gradient checkpointing on, and one log-prob forward + backward
    (``trainer.policy.response_logprobs``, the trainer's flat forward) over 8 rows of 1024 prompt + 3072 response
    tokens: the paper preset's micro-batch (``micro_batch_tokens: 32768``). The measured peak above the resident
-   weights and gradients is set against the plan of docs/gpu_memory.md (``memory_plan``): checkpointed boundaries
+   weights and gradients is set against the plan of docs/gpu_memory.md (``benchmarks.gpu_plan``): checkpointed boundaries
    per layer, one layer recomputed in backward, the LM head's log-prob chunk.
 
 The JSON holds the environment (GPU, torch, transformers), each part's numbers or its error, and the plan's terms
@@ -32,47 +32,39 @@ import sys
 import time
 from pathlib import Path
 
-QWEN25_MATH_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
-                      num_key_value_heads=4, head_dim=128, max_position_embeddings=4096, rope_theta=10000.0,
-                      rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu")
-TOY = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2,
-           head_dim=16, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
-           tie_word_embeddings=False, hidden_act="silu")
+from benchmarks.gpu_plan import SHAPES, params, terms
+
+QWEN25_MATH_7B = SHAPES["Qwen/Qwen2.5-Math-7B"]
+TOY = dict(layers=2, hidden=64, mlp=160, heads=4, kv_heads=2, head_dim=16, vocab=512, tied=False, qkv_bias=True)
 # the paper preset's micro-batch: 8 rows x (1024 + 3072) = 32768 tokens; the toy one keeps the shape of the call
-PROBE = {"full": dict(shape=QWEN25_MATH_7B, layers=2, rows=8, prompt=1024, response=3072),
-         "toy": dict(shape=TOY, layers=2, rows=2, prompt=16, response=48)}
-LOGIT_CHUNK_MEASURED_GB = 3.9   # benchmarks/bench_logprob_memory.py: 1024 positions x 152k vocabulary, fp32, CPU
+PROBE = {"full": dict(shape={**QWEN25_MATH_7B, "layers": 2}, rows=8, prompt=1024, response=3072),
+         "toy": dict(shape=TOY, rows=2, prompt=16, response=48)}
 
 
-def memory_plan(shape: dict, *, layers: int, tokens: int, chunk_tokens: int = 1024) -> dict:
-    """The per-GPU terms docs/gpu_memory.md adds up, for ``layers`` decoder layers on one process (nothing
-    sharded), in bytes: fp32 master weights and fp32 gradients, one bf16 hidden state per layer boundary per token
-    (gradient checkpointing), one layer's recomputed working set in backward (hidden x 8 + MLP x 4 bf16 values
-    per token), and one LM-head chunk of ``chunk_tokens`` positions at the bytes per logit measured on the CPU
-    (``LOGIT_CHUNK_MEASURED_GB`` for 1024 x 152,064 fp32 logits: 25 bytes each, logits, softmax and their
-    gradients together)."""
-    h, m, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
-    kv = shape["num_key_value_heads"] * shape["head_dim"]
-    q = shape["num_attention_heads"] * shape["head_dim"]
-    # q, k, v (with Qwen2's biases), o, gate/up/down, two norms
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * m + 2 * h + (q + 2 * kv) * shape.get("attention_bias", 1)
-    embeddings = v * h * (1 if shape["tie_word_embeddings"] else 2)
-    params = layers * per_layer + embeddings + h                         # + the final norm
-    return {
-        "params": params,
-        "weights_fp32": 4 * params,
-        "grads_fp32": 4 * params,
-        "checkpointed_boundaries": layers * tokens * h * 2,
-        "layer_recompute": tokens * (h * 8 + m * 4) * 2,
-        "logit_chunk": int(chunk_tokens * v * LOGIT_CHUNK_MEASURED_GB * 1e9 / (1024 * 152064)),
-    }
+def qwen2_config(shape: dict):
+    """A transformers Qwen2 config of a ``benchmarks.gpu_plan`` shape."""
+    from transformers import Qwen2Config
+    return Qwen2Config(vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["mlp"],
+                       num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+                       num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+                       tie_word_embeddings=shape["tied"], max_position_embeddings=4096, rope_theta=10000.0,
+                       rms_norm_eps=1e-6, hidden_act="silu")
+
+
+def memory_plan(shape: dict, *, tokens: int) -> dict:
+    """The plan's terms (``benchmarks.gpu_plan.terms``) for one unsharded process, in bytes, with the parameter
+    count and the weights and gradients (fp32 each) that stay resident through backward."""
+    t = {k: int(v * 1e9) for k, v in terms(shape, tokens=tokens, ranks=1).items()}
+    n = params(shape)
+    return {"params": n, "weights_fp32": 4 * n, "grads_fp32": 4 * n,
+            **{k: t[k] for k in ("boundaries", "final_norm", "layer_recompute", "logit_chunk")}}
 
 
 # ---------------------------------------------------------------------------------------------- children
 def memory_probe(*, size: str = "full", device: str = "auto") -> dict:
     """One log-prob forward + backward of the probe model (module doc, part 2); peak memory in bytes."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from trainer.fsdp import Dist, shard_model
     from trainer.policy import response_logprobs, use_flat
@@ -81,7 +73,7 @@ def memory_probe(*, size: str = "full", device: str = "auto") -> dict:
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                        ("cpu" if device == "auto" else device))
     cuda = dev.type == "cuda"
-    cfg = Qwen2Config(num_hidden_layers=spec["layers"], **spec["shape"])
+    cfg = qwen2_config(spec["shape"])
     t0 = time.perf_counter()
     with torch.device(dev):
         torch.manual_seed(0)
@@ -110,7 +102,7 @@ def memory_probe(*, size: str = "full", device: str = "auto") -> dict:
            "loss": float(loss), "grad_finite": bool(all(torch.isfinite(p.grad).all() for p in model.parameters()
                                                        if p.grad is not None)),
            "grads_bytes": grads, "time_s": time.perf_counter() - t0,
-           "plan": memory_plan(spec["shape"], layers=spec["layers"], tokens=tokens)}
+           "plan": memory_plan(spec["shape"], tokens=tokens)}
     if cuda:
         peak = torch.cuda.max_memory_allocated(dev)
         out.update({"resident_bytes": resident, "peak_forward_bytes": after_forward, "peak_bytes": peak,

@@ -10,26 +10,40 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.device_check import PROBE, QWEN25_MATH_7B, memory_plan
+from benchmarks.device_check import PROBE, memory_plan, qwen2_config
+from benchmarks.gpu_plan import SHAPES, params
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_plan_counts_qwen25_math_7b_exactly():
-    # 28 layers: Qwen2.5-Math-7B's published parameter count (model card: 7.62B; safetensors index: 7,615,616,512)
-    assert memory_plan(QWEN25_MATH_7B, layers=28, tokens=1)["params"] == 7_615_616_512
-    plan = memory_plan(QWEN25_MATH_7B, layers=2, tokens=8 * (1024 + 3072))
-    assert plan["checkpointed_boundaries"] == 2 * 32768 * 3584 * 2                  # 0.47 GB
-    assert plan["layer_recompute"] == 32768 * (3584 * 8 + 18944 * 4) * 2 == 6_845_104_128
+def test_plan_counts_the_backbones_exactly():
+    # the model cards' 7.62B / 1.78B / 4.02B, to the parameter from each config.json's shapes (7,615,616,512 is
+    # also Qwen2.5-7B's safetensors index total / 2 bytes)
+    assert params(SHAPES["Qwen/Qwen2.5-Math-7B"]) == 7_615_616_512
+    assert params(SHAPES["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]) == 1_777_088_000
+    assert params(SHAPES["Qwen/Qwen3-4B-Thinking-2507"]) == 4_022_468_096
+    plan = memory_plan(PROBE["full"]["shape"], tokens=8 * (1024 + 3072))
+    assert plan["boundaries"] == 2 * 32768 * 3584 * 2                               # 0.47 GB
+    assert plan["layer_recompute"] == 32768 * (3584 * 16 + 3584 * 8 + 512 * 6 + 18944 * 8)
     assert round(plan["logit_chunk"] / 1e9, 2) == 3.9
 
 
-def test_plan_equals_the_built_model():
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    spec = PROBE["toy"]
-    model = Qwen2ForCausalLM(Qwen2Config(num_hidden_layers=spec["layers"], **spec["shape"]))
-    assert memory_plan(spec["shape"], layers=spec["layers"], tokens=1)["params"] == sum(p.numel() for p in model.parameters())
+@pytest.mark.parametrize("shape", [PROBE["toy"]["shape"], {**SHAPES["Qwen/Qwen3-4B-Thinking-2507"], "layers": 1,
+                                                           "hidden": 64, "mlp": 96, "heads": 4, "kv_heads": 2,
+                                                           "head_dim": 16, "vocab": 300}])
+def test_plan_equals_the_built_model(shape):
+    """The plan's parameter count is the model's: a Qwen2 (q/k/v biases, untied head) and a Qwen3 (q/k norms,
+    tied embeddings) built from the same shapes."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen2ForCausalLM
+    if shape.get("qk_norm"):
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+                                             intermediate_size=shape["mlp"], num_hidden_layers=shape["layers"],
+                                             num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+                                             head_dim=shape["head_dim"], tie_word_embeddings=True))
+    else:
+        model = Qwen2ForCausalLM(qwen2_config(shape))
+    assert params(shape) == sum(p.numel() for p in model.parameters())
 
 
 def _device_like_python(tmp_path: Path) -> str:
