@@ -80,3 +80,12 @@ def test_toy_check_runs_where_vllm_and_math_verify_are_missing(tmp_path):
     for alg in ("seeds", "dapo"):
         assert len(step[alg]["step_s"]) == step["params"]["T"], step[alg]   # the second cycle's steps
     assert step["seeds_over_dapo"] > 0
+
+
+def test_the_memory_page_shows_the_plan_of_the_presets_as_they_are():
+    """docs/gpu_memory.md's table is benchmarks.gpu_plan's rendering of today's presets: a preset whose budget or
+    engine share changes without `python -m benchmarks.gpu_plan --write` fails here."""
+    from benchmarks.gpu_plan import BEGIN, END, render
+    page = (REPO / "docs" / "gpu_memory.md").read_text()
+    assert BEGIN in page and END in page
+    assert page[page.index(BEGIN):page.index(END) + len(END)] == render()
