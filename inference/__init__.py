@@ -4,7 +4,8 @@
 - ``hf``: the Hugging Face KV-cache engine; ``vllm_engine``: the vLLM engine; ``engines``: ``make_sampler``
   (engine choice);
 - ``stops``: the one rule for stop/EOS ids; ``loading``: ``load_policy`` from a path or hub id (``load_skeleton``:
-  the model without weights, for an engine that loads them itself);
+  the model without weights, for an engine that loads them itself); ``hub``: where a model's files are (a hub id:
+  its snapshot in the Hugging Face cache), what every loader and command resolves its model argument with;
 - ``layers`` and ``flat``: the Llama-family layer math shared by the decoder and the flat training forward;
   ``batching``: micro-batches under a token budget;
 - ``tiny``: the character tokenizer and tiny Llama models the tests and the demo build locally.

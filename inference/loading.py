@@ -1,37 +1,23 @@
-"""Loading a policy and its tokenizer from a Hugging Face directory or hub id."""
+"""Loading a policy and its tokenizer from a Hugging Face directory or hub id.
+
+Every loader first turns its argument into a local directory (``inference.hub.local_model_dir``: a hub id becomes
+its snapshot in the Hugging Face cache, downloaded where that is allowed), so the model's ``name_or_path`` is always
+a folder an engine can load from (vLLM reads the same files, nothing is re-saved)."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from inference.hub import local_model_dir
+
 __all__ = ["load_policy", "load_skeleton", "load_tokenizer"]
-
-
-def _looks_like_hub_id(path: str) -> bool:
-    try:
-        from huggingface_hub.utils import validate_repo_id
-
-        validate_repo_id(path)
-    except Exception:
-        return False
-    return not path.startswith((".", "/", "~")) and path.count("/") <= 1
-
-
-def _check_path(path: str) -> None:
-    if not os.path.exists(path) and not _looks_like_hub_id(path):
-        raise FileNotFoundError(
-            f"policy {path!r} does not exist locally and is not a valid Hugging Face hub id (owner/name)"
-        )
 
 
 def load_tokenizer(path: str):
     """The tokenizer of a Hugging Face directory or hub id; without a pad token, its EOS token is the pad."""
     from transformers import AutoTokenizer
 
-    path = str(path)
-    _check_path(path)
+    path = local_model_dir(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except OSError as e:
@@ -49,8 +35,7 @@ def load_skeleton(path: str, *, dtype=None):
     about the model — its config, its dtype, its stop ids — without a host copy of a 7B model per process."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    path = str(path)
-    _check_path(path)
+    path = local_model_dir(path)
     config = AutoConfig.from_pretrained(path)
     if dtype is None or dtype == "auto":
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
@@ -71,8 +56,7 @@ def load_policy(path: str, *, device=None, dtype=None):
     dtype: a torch.dtype, its name ("bfloat16") or None (the checkpoint's)."""
     from transformers import AutoModelForCausalLM
 
-    path = str(path)
-    _check_path(path)
+    path = local_model_dir(path)
     kwargs = {}
     if dtype is not None:
         kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype

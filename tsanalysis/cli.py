@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_mismatch)
 
     p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues")
-    p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory)")
+    p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory or hub id)")
     p.add_argument("--final", required=True, help="final checkpoint")
     p.add_argument("--benchmark", default=None,
                    help="benchmark name from eval.benchmarks: its problems, grader and default template")
