@@ -1,7 +1,7 @@
 """Generation for ``eval.run`` in this process or in D engine processes (data parallelism across a node's GPUs).
 
 ``eval.run`` hands the engine a list of ``Job`` (one generate call: a chunk of problems, each prompt repeated n
-times, with the chunk's seed) and reads the results back in job order, whichever engine ran them:
+times, with one seed per sample) and reads the results back in job order, whichever engine ran them:
 
 * ``LocalGenerator``: one engine in this process (HF on ``--device``, or vLLM with ``--tensor-parallel-size``
   GPUs); jobs run one at a time as they are read, so a chunk is graded and written before the next is generated.
@@ -11,8 +11,9 @@ times, with the chunk's seed) and reads the results back in job order, whichever
   takes more chunks; the parent decodes, grades and writes each result as soon as every earlier job's is in, so
   grading overlaps generation and the files are written in the same order as with one engine.
 
-A chunk's completions depend only on the chunk and its seed (both engines seed per request), so the result files
-of D engines equal those of one engine, chunk for chunk. An engine process that fails to start or dies ends the run
+A problem's completions depend only on the problem and its per-sample seeds (``Job.seeds``; both engines draw each
+row from its own seed), so the result files of D engines equal those of one engine, whichever engine takes a
+chunk and however problems are chunked. An engine process that fails to start or dies ends the run
 with ``EngineWorkerError`` naming it; everything written before stays (the next run resumes there). Engines are
 closed (their memory released) when the generator closes: after each model, before lm-eval starts.
 """
@@ -40,7 +41,7 @@ class EngineWorkerError(RuntimeError):
 @dataclass(frozen=True)
 class EngineSpec:
     """Everything an engine process needs to build the same engine as this process would."""
-    model: str
+    model: str                         # a model folder, or a hub id (eval.run passes its snapshot's folder)
     engine: str                        # hf | vllm (resolved)
     dtype: str | None = None
     device: str | None = None          # hf: torch device (default cuda when there is one)
@@ -58,24 +59,27 @@ class Job:
     temperature: float
     top_p: float
     seed: int
+    seeds: tuple[int, ...] | None = None   # one per prompt (``Sampler.generate(seeds=...)``); then seed is unused
 
 
 def build_sampler(spec: EngineSpec):
-    """The engine ``spec`` names, and its tokenizer. vLLM loads the weights itself (this process holds only the
-    model's skeleton); HF loads them onto ``device``."""
+    """The engine ``spec`` names, and its tokenizer. ``spec.model`` is a folder or a hub id (its snapshot in the
+    cache: ``inference.hub``). vLLM loads the weights itself from that folder (this process holds only the model's
+    skeleton); HF loads them onto ``device``."""
     import torch
 
-    from inference import load_policy, load_skeleton, make_sampler
+    from inference import load_policy, load_skeleton, load_tokenizer, make_sampler
+    from inference.hub import local_model_dir
     cuda = torch.cuda.is_available()
+    path = local_model_dir(spec.model, what="--model")
     if spec.engine == "vllm":
-        from inference import load_tokenizer
-        tokenizer = load_tokenizer(spec.model)
-        model = load_skeleton(spec.model, dtype=spec.dtype or "bfloat16")
-        sampler = make_sampler(model, tokenizer, engine="vllm", model_path=spec.model, sync_weights=False,
+        tokenizer = load_tokenizer(path)
+        model = load_skeleton(path, dtype=spec.dtype or "bfloat16")
+        sampler = make_sampler(model, tokenizer, engine="vllm", model_path=path, sync_weights=False,
                                gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
                                tensor_parallel_size=spec.tensor_parallel_size, max_batch_size=spec.max_batch_size)
     else:
-        model, tokenizer = load_policy(spec.model, device=spec.device or ("cuda" if cuda else None),
+        model, tokenizer = load_policy(path, device=spec.device or ("cuda" if cuda else None),
                                        dtype=spec.dtype or ("bfloat16" if cuda else None))
         sampler = make_sampler(model, tokenizer, engine="hf")
     return sampler, tokenizer
@@ -83,7 +87,7 @@ def build_sampler(spec: EngineSpec):
 
 def _run_job(sampler, job: Job) -> Result:
     comps = sampler.generate(job.prompts, max_new_tokens=job.max_new_tokens, temperature=job.temperature,
-                             top_p=job.top_p, seed=job.seed)
+                             top_p=job.top_p, seed=job.seed, seeds=job.seeds)
     return [(list(c.token_ids), c.finish_reason) for c in comps]
 
 

@@ -401,7 +401,10 @@ def _generate_and_grade(gen, tokenizer, name: str, work, *, seed: int, pool, chu
                     max_new_tokens=settings["max_tokens"], temperature=settings["temperature"],
                     top_p=settings["top_p"],
                     seed=zlib.crc32(f"{seed}:{bench.name}:{todo[a].id}:{todo[min(a + per_chunk, len(todo)) - 1].id}"
-                                    .encode()))
+                                    .encode()),
+                    # sample j of a problem: its own seed, whatever chunk or engine process draws it
+                    seeds=tuple(zlib.crc32(f"{seed}:{bench.name}:{p.id}:{j}".encode())
+                                for p in todo[a:a + per_chunk] for j in range(n)))
                 for k, a in enumerate(starts))
         timeouts = 0
         bar = tqdm(total=len(todo), desc=f"{name} {bench.name}", disable=not progress)
@@ -482,40 +485,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings_for(bench: Benchmark, spec: str, name: str, *, n, temperature, top_p, max_tokens, template,
+def _settings_for(bench: Benchmark, model_path: str, name: str, *, n, temperature, top_p, max_tokens, template,
                   seed, data: dict | None = None) -> dict:
+    """A result file's settings. ``model_path``: what was scored (``ModelSource.identity``: the absolute folder, or
+    ``owner/name@<commit>`` for a hub snapshot, so a resume with the same cached id matches)."""
     gen = dict(bench.generation)
     for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens)):
         if val is not None:
             gen[key] = val
     if gen["n"] < 1 or gen["max_tokens"] < 1:
         raise EvalUsageError(f"--n and --max-tokens must be >= 1 (got n={gen['n']}, max_tokens={gen['max_tokens']})")
-    model_path = str(Path(spec).resolve()) if Path(spec).exists() else spec
     return {"model": name, "model_path": model_path, "benchmark": bench.name, "benchmark_version": bench.version,
             "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
             "template": template or bench.default_template, "seed": seed, "samples_file": None, "data": data}
 
 
-def check_model(spec: str) -> None:
-    """EvalInputError unless ``spec`` is a saved model folder (with ``config.json``) or a hub id that can be loaded
-    (with ``HF_HUB_OFFLINE=1``: one in the local cache). Called before anything is written."""
+def check_model(spec: str):
+    """Where the files of ``spec`` are (``inference.hub.ModelSource``): a saved model folder (with ``config.json``),
+    or a hub id's snapshot in the Hugging Face cache (downloaded first where that is allowed; with
+    ``HF_HUB_OFFLINE=1`` it must be cached). EvalInputError otherwise. Called before anything is written."""
+    from inference.hub import ModelSourceError, resolve_model
     p = Path(spec).expanduser()
-    if p.exists():
-        if p.is_dir() and not (p / "config.json").is_file():
-            raise EvalInputError(f"--model {spec}: {p} holds no config.json; give a saved model folder (e.g. "
-                                 f"runs/<name>/checkpoints/step_N) or a hub id")
-        return
-    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
-        raise EvalInputError(f"--model {spec}: no such model folder")
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-            cached = try_to_load_from_cache(spec, "config.json")
-        except Exception:
-            cached = None
-        if not isinstance(cached, str):
-            raise EvalInputError(f"--model {spec}: no such model folder, and HF_HUB_OFFLINE=1 but the hub id is not "
-                                 f"in the local cache; give a local folder or download it first")
+    if p.exists() and p.is_dir() and not (p / "config.json").is_file():
+        raise EvalInputError(f"--model {spec}: {p} holds no config.json; give a saved model folder (e.g. "
+                             f"runs/<name>/checkpoints/step_N) or a hub id")
+    try:
+        return resolve_model(str(p) if p.exists() else spec, what="--model")
+    except ModelSourceError as e:
+        raise EvalInputError(str(e)) from None
 
 
 def _fingerprint(problems: Sequence[Problem]) -> str:
@@ -641,9 +638,8 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
     out = Path(out)
     if samples and not Path(samples).is_file():
         raise EvalInputError(f"--samples {samples}: no such file")
-    if not samples:
-        for spec in models:   # before anything is loaded or written
-            check_model(spec)
+    # where each model's files are (a hub id: its cached snapshot), before anything is loaded or written
+    sources = {} if samples else {spec: check_model(spec) for spec in models}
     pairs = [(spec, (names[i] if names else model_name(spec))) for i, spec in enumerate(models)]
 
     # load problems and check existing files before any model is loaded
@@ -686,8 +682,9 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
             for spec, name in pairs:
                 plan = []
                 for bench, probs, data in loaded:
-                    settings = _settings_for(bench, spec, name, n=n, temperature=temperature, top_p=top_p,
-                                             max_tokens=max_tokens, template=template, seed=seed, data=data)
+                    settings = _settings_for(bench, sources[spec].identity, name, n=n, temperature=temperature,
+                                             top_p=top_p, max_tokens=max_tokens, template=template, seed=seed,
+                                             data=data)
                     path = out / name / f"{bench.name}.jsonl"
                     try:
                         _prepare(path, probs, settings)   # raises on a settings mismatch, before any model loads
@@ -699,14 +696,14 @@ def run_eval(models: Sequence[str], benchmarks: Sequence[str] = (), *, names: Se
                 plans.append((spec, name, plan))
             for spec, name, plan in plans:
                 if plan:
-                    reports += evaluate_model(spec, name, plan, out, engine=engine, seed=seed, pool=pool,
-                                              chunk_sequences=chunk_sequences, device=device, dtype=dtype,
+                    reports += evaluate_model(sources[spec].path, name, plan, out, engine=engine, seed=seed,
+                                              pool=pool, chunk_sequences=chunk_sequences, device=device, dtype=dtype,
                                               gpu_memory_utilization=gpu_memory_utilization,
                                               tensor_parallel_size=tensor_parallel_size,
                                               data_parallel_size=data_parallel_size, progress=progress, log=log)
                 if lm_tasks:
                     from eval.lm_eval_bridge import run_lm_eval
-                    run_lm_eval(spec, lm_tasks, out / name, include_path=lm_eval_include_path,
+                    run_lm_eval(sources[spec].path, lm_tasks, out / name, include_path=lm_eval_include_path,
                                 limit=lm_eval_limit, device=device, engine=engine, seed=seed,
                                 temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     finally:

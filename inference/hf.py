@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from inference.batching import micro_batches
@@ -20,7 +21,7 @@ from inference.layers import DecodeLayer, fast_path_unsupported_reason, rms_norm
 from inference.protocol import Completion, check_generate_args, prompt_budgets
 from inference.stops import eos_list
 
-__all__ = ["HFSampler", "draw", "sample_next_token"]
+__all__ = ["HFSampler", "RowStreams", "draw", "sample_next_token"]
 
 
 def sample_next_token(
@@ -28,36 +29,78 @@ def sample_next_token(
     *,
     temperature: float,
     top_p: float,
-    generator: torch.Generator,
+    generator: torch.Generator | None = None,
+    u: torch.Tensor | None = None,  # [b] float64 uniforms in [0, 1), one per row (instead of ``generator``)
 ) -> torch.Tensor:  # [b] int64
     """Draw one token per row. temperature 0 is greedy (argmax). top_p < 1 keeps the smallest set of the most
     probable tokens whose mass reaches top_p (always at least the top token), as transformers' TopPLogitsWarper
-    and vLLM do, and renormalises over it."""
+    and vLLM do, and renormalises over it. Each row uses one uniform, from ``u`` or else ``generator``."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
     if top_p >= 1.0:
-        return draw(torch.softmax(logits, dim=-1), generator)
+        return draw(torch.softmax(logits, dim=-1), generator, u=u)
     sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
     sorted_probs = torch.softmax(sorted_logits, dim=-1)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of the strictly more likely tokens
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
-    choice = draw(sorted_probs, generator)  # index into the sorted order
+    choice = draw(sorted_probs, generator, u=u)  # index into the sorted order
     return sorted_idx.gather(1, choice[:, None]).squeeze(1)
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None, *, u: torch.Tensor | None = None
+         ) -> torch.Tensor:
     """One index per row of ``probs`` [b, V] (non-negative, need not sum to 1), with probability proportional to
-    its entry: inverse-CDF sampling, one uniform per row against the float64 running sum (float64 so that rare
-    tokens keep their probability over large vocabularies). A zero entry is never drawn. On CPU this is ~10x
-    faster than ``torch.multinomial``, which draws an exponential variate for every entry."""
+    its entry: inverse-CDF sampling, one uniform per row (``u`` [b] in [0, 1), else drawn from ``generator``)
+    against the float64 running sum (float64 so that rare tokens keep their probability over large
+    vocabularies). A zero entry is never drawn. On CPU this is ~10x faster than ``torch.multinomial``, which draws
+    an exponential variate for every entry."""
     cdf = probs.to(torch.float64).cumsum(dim=-1)
     total = cdf[:, -1:]
     if not bool(((total > 0) & torch.isfinite(total)).all()):   # as torch.multinomial refuses them
         raise ValueError("cannot sample: a row of probabilities is NaN, infinite or all zero (NaN or inf logits "
                          "from the model? check its weights and dtype)")
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * total
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+    if u is None:
+        u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
+    else:
+        u = u.to(device=probs.device, dtype=torch.float64).view(-1, 1)
+    return torch.searchsorted(cdf, u * total, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+
+
+# SplitMix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014; the generator
+# java.util.SplittableRandom uses): state += GAMMA, output = mix64(state). Computed in numpy's uint64, whose
+# arithmetic wraps modulo 2**64 by definition, so the same uniforms come out on every device and platform.
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:   # uint64 -> uint64, SplitMix64's finaliser
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+class RowStreams:
+    """Per-row random streams, counter-based: row r's t-th uniform is SplitMix64's t-th output from the state
+    mix64(seeds[r]), a function of (seeds[r], t) alone. What a row samples therefore depends on its own seed and
+    the model only: not on the rows it is batched with, its position, the chunking, or which rows finished
+    first. One vectorised hash per decode step, whatever the number of rows (no generator objects)."""
+
+    def __init__(self, keys: np.ndarray):   # [b] uint64, mix64 of each row's seed
+        self.keys = keys
+
+    @classmethod
+    def from_seeds(cls, seeds: Sequence[int]) -> "RowStreams":
+        return cls(_mix64(np.array([int(s) for s in seeds], dtype=np.uint64)))
+
+    def take(self, idx: Sequence[int]) -> "RowStreams":
+        return RowStreams(self.keys[np.asarray(idx, dtype=np.int64)])
+
+    def uniforms(self, rows: np.ndarray, t: int) -> torch.Tensor:   # [len(rows)] float64 in [0, 1)
+        with np.errstate(over="ignore"):
+            z = _mix64(self.keys[rows] + np.uint64(t + 1) * _GAMMA)
+        return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53)
 
 
 class _DecodeBook:
@@ -66,7 +109,9 @@ class _DecodeBook:
     entropy. ``rows`` maps the current (shrinking) batch to chunk rows."""
 
     def __init__(self, b: int, max_new: int, limits: torch.Tensor, eos_ids: list[int], pad_id: int, device,
-                 logprobs: bool):
+                 logprobs: bool, rng: "torch.Generator | RowStreams"):
+        self.rng = rng   # the call's one generator (``seed``), or this chunk's per-row streams (``seeds``)
+        self.rows_np = np.arange(b)   # ``rows`` on the host, where per-row streams are indexed
         self.out = torch.full((b, max_new), pad_id, dtype=torch.long, device=device)
         self.n_gen = torch.full((b,), max_new, dtype=torch.long, device=device)
         self.stopped = torch.zeros(b, dtype=torch.bool, device=device)
@@ -77,15 +122,18 @@ class _DecodeBook:
         self.logp = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
         self.ent = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
 
-    def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, gen) -> torch.Tensor:
+    def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
         """Sample token t of every current row from ``logits`` [b_cur, V] and record it; returns the tokens."""
         rows, alive = self.rows, self.alive
+        per_row = isinstance(self.rng, RowStreams)
+        u = self.rng.uniforms(self.rows_np, t) if per_row and temperature > 0 else None
+        gen = None if per_row else self.rng
         if self.logp is not None and temperature > 0 and top_p >= 1.0:
             # sample_next_token's own arithmetic (same draws), keeping the probabilities it sampled from
             probs = torch.softmax(logits / temperature, dim=-1)
-            tok = draw(probs, gen)
+            tok = draw(probs, gen, u=u)
         else:
-            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen)  # [b_cur]
+            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen, u=u)  # [b_cur]
             probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1) \
                 if self.logp is not None else None
         self.out[rows, t] = tok
@@ -102,10 +150,10 @@ class _DecodeBook:
     def any_alive(self) -> bool:
         return bool(self.alive.any())
 
-    def advance(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, gen):
+    def advance(self, t: int, logits: torch.Tensor, temperature: float, top_p: float):
         """``step`` t, then what the decode loop needs: None when decoding is over (last step or no row alive),
         else (the tokens of the rows that go on, the indices of those rows when some were dropped, else None)."""
-        tok = self.step(t, logits, temperature, top_p, gen)
+        tok = self.step(t, logits, temperature, top_p)
         if t == self.out.shape[1] - 1 or not self.any_alive():
             return None
         keep = self.drop_finished()
@@ -119,6 +167,8 @@ class _DecodeBook:
             return None
         keep = self.alive.nonzero().squeeze(1)
         self.rows, self.alive = self.rows[keep], self.alive[keep]
+        if isinstance(self.rng, RowStreams):
+            self.rows_np = self.rows.cpu().numpy()
         return keep
 
     def completions(self) -> list[Completion]:
@@ -207,8 +257,12 @@ class HFSampler:
     positions counted from each row's first real token, so left padding changes nothing. Finished rows are
     dropped from the batch (cache rows included) once an eighth of it has finished.
 
-    Randomness comes from a local `torch.Generator` seeded by `seed`: the same seed, model and prompt list give the
-    same completions. Greedy outputs do not depend on the batch composition (up to float rounding in matmuls).
+    Randomness never touches the global RNG. With `seeds` (one per prompt) each row draws from its own
+    counter-based stream (`RowStreams`): a row's completion depends on its prompt, its seed and the model only, not
+    on the other rows, its position, `max_batch_size` or which rows finished first (up to float rounding of the
+    batched matmuls, as for greedy). With `seed` alone one local `torch.Generator` serves the whole call: the
+    same seed, model and prompt list give the same completions, but a row's draws depend on the batch it is in.
+    Greedy outputs do not depend on the batch composition (up to float rounding in matmuls).
 
     Give it an unsharded module. An FSDP-sharded one falls back to `model.forward`, where every forward is a
     collective: ranks would have to run the same number of decode steps, which row dropping does not guarantee.
@@ -265,11 +319,14 @@ class HFSampler:
         seed: int | None = None,
         logprobs: bool = False,
         prefix_lens: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """``prefix_lens[i]``: how many leading tokens of prompt i are a prefix that other prompts share (e.g. the
         question before a Thinking Seeds seed); the prefill computes each distinct prefix once. Default: the whole
-        prompt, so only equal prompts share. A hint: the completions are the same whatever it says."""
-        check_generate_args(prompts, max_new_tokens, temperature, top_p)
+        prompt, so only equal prompts share. A hint: the completions are the same whatever it says.
+
+        ``seeds[i]``: prompt i's own random stream (``RowStreams``); ``seed`` is then not used."""
+        check_generate_args(prompts, max_new_tokens, temperature, top_p, seeds)
         if prefix_lens is not None and len(prefix_lens) != len(prompts):
             raise ValueError(f"prefix_lens has {len(prefix_lens)} entries for {len(prompts)} prompts")
         budgets = prompt_budgets(prompts, max_new_tokens)
@@ -279,7 +336,7 @@ class HFSampler:
         if all(m == 0 for m in budgets):
             return results  # type: ignore[return-value]
         device = next(self.model.parameters()).device
-        gen = _make_generator(seed, device)
+        rng = RowStreams.from_seeds(seeds) if seeds is not None else _make_generator(seed, device)
         # longest first, stable: chunks hold prompts of similar length
         order = sorted((i for i in range(len(prompts)) if budgets[i] > 0), key=lambda i: -len(prompts[i]))
         was_training = self.model.training
@@ -290,11 +347,12 @@ class HFSampler:
                     idx = order[c0 : c0 + self.max_batch_size]
                     chunk = [list(prompts[i]) for i in idx]
                     limits = torch.tensor([budgets[i] for i in idx], device=device)
+                    crng = rng.take(idx) if isinstance(rng, RowStreams) else rng
                     if self.fast:
                         pre = None if prefix_lens is None else [prefix_lens[i] for i in idx]
-                        comps = self._generate_fast(chunk, limits, temperature, top_p, gen, device, logprobs, pre)
+                        comps = self._generate_fast(chunk, limits, temperature, top_p, crng, device, logprobs, pre)
                     else:
-                        comps = self._generate_generic(chunk, limits, temperature, top_p, gen, device, logprobs)
+                        comps = self._generate_generic(chunk, limits, temperature, top_p, crng, device, logprobs)
                     for i, comp in zip(idx, comps):
                         results[i] = comp
         finally:
@@ -303,7 +361,7 @@ class HFSampler:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _generate_fast(self, chunk, limits, temperature, top_p, gen, device, logprobs,
+    def _generate_fast(self, chunk, limits, temperature, top_p, rng, device, logprobs,
                        prefix_lens=None) -> list[Completion]:
         max_new = int(limits.max())
         model = self.model
@@ -348,7 +406,7 @@ class HFSampler:
 
         # ---- decode
         final_norm = rms_norm(inner.norm) if decode_layers is not None else inner.norm
-        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
+        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs, rng)
         next_pos = lens_t.clone()  # position id of the next token per buffer row
         rot = rotate_half_matrix(head_dim, dtype, device)
 
@@ -357,7 +415,7 @@ class HFSampler:
 
         mask_kv = per_kv_head(mask_add)
         for t in range(max_new):
-            nxt = book.advance(t, logits, temperature, top_p, gen)
+            nxt = book.advance(t, logits, temperature, top_p)
             if nxt is None:
                 break
             tok, keep = nxt
@@ -453,7 +511,7 @@ class HFSampler:
         cache.prefill_rows = None
         return logits
 
-    def _generate_generic(self, chunk, limits, temperature, top_p, gen, device, logprobs) -> list[Completion]:
+    def _generate_generic(self, chunk, limits, temperature, top_p, rng, device, logprobs) -> list[Completion]:
         """Any causal LM: model.forward with a DynamicCache, left padding and explicit position ids."""
         max_new = int(limits.max())
         from transformers import DynamicCache
@@ -475,10 +533,10 @@ class HFSampler:
         o = model(input_ids=ids, attention_mask=am[:, :L], position_ids=pos, use_cache=True, **ckw, **extra)
         logits = o.logits[:, -1].float()
 
-        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs)
+        book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs, rng)
         next_pos = pos[:, -1] + 1
         for t in range(max_new):
-            nxt = book.advance(t, logits, temperature, top_p, gen)
+            nxt = book.advance(t, logits, temperature, top_p)
             if nxt is None:
                 break
             tok, keep = nxt

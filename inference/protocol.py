@@ -4,6 +4,12 @@ A prompt is a list of token ids; it may already hold a prefix of an earlier resp
 DESIGN.md §2). ``generate`` returns one ``Completion`` per prompt (callers repeat a prompt G times for G samples).
 The whole prompt is prefilled in one forward pass (never decoded token by token), so a long seed costs one
 prefill, like a prompt.
+
+Randomness: ``seeds`` gives every prompt row its own sampling seed, and then a row's completion depends only on its
+prompt, its seed and the model (never on the rows it shares a call with, its position in the list, the engine's
+batching or how many ranks split the list): an N-rank trainer samples the rows a 1-rank one samples. ``seed``
+alone seeds the call as a whole (each engine derives the rows' draws from it and their positions in the call);
+neither: fresh randomness.
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["Completion", "Sampler", "check_generate_args", "prompt_budgets"]
+__all__ = ["SEED_LIMIT", "Completion", "Sampler", "check_generate_args", "prompt_budgets"]
 
 
 @dataclass
@@ -34,9 +41,10 @@ class Sampler(Protocol):
         max_new_tokens: int | Sequence[int],  # one budget for all prompts, or one per prompt
         temperature: float = 1.0,
         top_p: float = 1.0,
-        seed: int | None = None,
+        seed: int | None = None,  # one seed for the call (unused when ``seeds`` is given)
         logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
         prefix_lens: Sequence[int] | None = None,  # leading tokens of each prompt that other rows share (a hint)
+        seeds: Sequence[int] | None = None,  # one seed per prompt, in [0, 2**63): each row's own random stream
     ) -> list[Completion]: ...
 
     def update_weights(self, model: torch.nn.Module) -> None: ...
@@ -52,7 +60,17 @@ def prompt_budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Seque
     return out
 
 
-def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float):
+SEED_LIMIT = 2**63   # per-prompt seeds are non-negative and fit a signed 64-bit integer (vLLM, torch)
+
+
+def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float,
+                        seeds: Sequence[int] | None = None):
+    if seeds is not None:
+        if len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts; give one seed per prompt")
+        for i, s in enumerate(seeds):
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= int(s) < SEED_LIMIT:
+                raise ValueError(f"seeds[{i}] = {s!r}: each seed must be an integer in [0, 2**63)")
     if min(prompt_budgets(prompts, max_new_tokens), default=0) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if temperature < 0:

@@ -1,6 +1,7 @@
 """The whole trainer on two ranks (torchrun, gloo, FSDP2) against one: rollouts, update, metrics, records,
-sharded checkpoints, a SIGKILL and resume on 2 and on 1 ranks. The sampler seeds every prompt by its index
-(tests/multirank_worker.py), so both world sizes draw the same rows and every number can be compared.
+sharded checkpoints, a SIGKILL and resume on 2 and on 1 ranks. The stock HF engine samples on both: every row
+carries its own seed (``trainer.rollout.row_seeds``), so both world sizes draw the same rows and every number can
+be compared.
 
 Also here: what dynamic sampling refills (M2PO, Thinking Seeds) and LUFFY's traces longer than the budget."""
 
@@ -62,9 +63,8 @@ def _two_ranks(overrides: dict, timeout: int = 900) -> subprocess.CompletedProce
 
 
 def _one_rank(overrides: dict) -> Path:
-    from multirank_worker import per_prompt_sampler
     cfg = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
-    return train(cfg, Dist(), sampler_builder=per_prompt_sampler)
+    return train(cfg, Dist())
 
 
 def _metrics(run: Path) -> list[dict]:

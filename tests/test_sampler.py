@@ -220,12 +220,15 @@ def test_repeated_prompts_get_different_samples(model):
     assert len({tuple(c.token_ids) for c in out}) == 8
 
 
+@pytest.mark.parametrize("per_row", [False, True], ids=["call_seed", "row_seeds"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_first_token_frequencies_match_softmax(sharp_model, temperature):
+def test_first_token_frequencies_match_softmax(sharp_model, temperature, per_row):
     prompt = [1, 17, 42, 8]
     n = 3000
     sampler = HFSampler(sharp_model, eos_token_id=1000, pad_token_id=PAD, max_batch_size=n)
-    out = sampler.generate([prompt] * n, max_new_tokens=1, temperature=temperature, seed=7)
+    # row_seeds: consecutive seeds, one per row (the per-row streams must be independent across seeds)
+    kw = {"seeds": list(range(n))} if per_row else {"seed": 7}
+    out = sampler.generate([prompt] * n, max_new_tokens=1, temperature=temperature, **kw)
     counts = torch.bincount(torch.tensor([c.token_ids[0] for c in out]), minlength=100)
     probs = _first_token_probs(sharp_model, prompt, temperature)
     assert probs.max() < 0.9  # the test distribution is not degenerate
@@ -262,7 +265,8 @@ def test_padded_prefill_for_layers_the_flat_path_cannot_drive(model, prompts, mo
     assert [c.token_ids for c in out] == _hf_greedy(model, prompts, 16)
 
 
-def test_top_p_draws_only_from_the_nucleus(sharp_model):
+@pytest.mark.parametrize("per_row", [False, True], ids=["call_seed", "row_seeds"])
+def test_top_p_draws_only_from_the_nucleus(sharp_model, per_row):
     prompt = [1, 17, 42, 8]
     top_p = 0.6
     probs = _first_token_probs(sharp_model, prompt)
@@ -272,7 +276,8 @@ def test_top_p_draws_only_from_the_nucleus(sharp_model):
     assert 2 <= n_keep < 20, "fixture should give a nucleus of a few tokens"
     n = 2000
     sampler = HFSampler(sharp_model, eos_token_id=1000, pad_token_id=PAD, max_batch_size=n)
-    out = sampler.generate([prompt] * n, max_new_tokens=1, temperature=1.0, top_p=top_p, seed=3)
+    kw = {"seeds": [2**62 + i for i in range(n)]} if per_row else {"seed": 3}
+    out = sampler.generate([prompt] * n, max_new_tokens=1, temperature=1.0, top_p=top_p, **kw)
     drawn = torch.tensor([c.token_ids[0] for c in out])
     assert torch.isin(drawn, nucleus).all()
     counts = torch.bincount(drawn, minlength=100)

@@ -74,18 +74,19 @@ def test_entropy_rule_cuts_at_top_k_positions(tmp_path):
     # checkpoints; row i of step 1 was cut from cached response i.
     cache = ckpt.load_trainer_state(ckpt.checkpoint_dir(run_dir, 0))["rollouts"]["seed_buffer"]["cache"][1]
     assert len(cache) == len(seeded)
-    n_eos = 0
+    n_eos = n_long = 0
     for r, c in zip(seeded, cache):
         m, ids = r["seed_len"], c["response_ids"]
         assert r["response_ids"][:m] == ids[:m] and r["trunc_token_id"] == ids[m]  # the record's seed is this one
         eos = c["finish_reason"] == "stop"
         n_eos += eos
         ent = c["entropy"][: len(ids) - eos].tolist()  # the EOS position is never a candidate
-        assert len(ent) > k
+        n_long += len(ent) > k   # a shorter response has all its positions as candidates
         top_k = sorted(range(len(ent)), key=lambda t: (-ent[t], t))[:k]
         assert m in top_k, f"cut at {m}, but the {k} highest-entropy positions are {top_k}"
         assert r["logp_behavior"][:m] == pytest.approx(c["logp"][:m].tolist(), abs=0)
     assert n_eos >= 1, "no cached response ended with EOS: the EOS exclusion went untested"
+    assert n_long >= len(seeded) // 2, "too few responses longer than k: the top-k choice went untested"
 
 
 def _row(seed_len, behavior, adv=1.0, L=4):

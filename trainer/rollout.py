@@ -8,6 +8,10 @@ Thinking Seeds (DESIGN §2): at step s with s mod T = 0 the current policy π_b 
 prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward. Batch s
 trains on them as on-policy DAPO; batch s+j truncates each cached response independently (ratio or entropy rule)
 and the policy of step s+j continues from prompt + seed.
+
+Sampling does not depend on the world size: each rank samples a contiguous block of a call's rows (a prompt's G
+samples on one rank where the division allows, ``rank_rows``) and every row carries its own seed (``row_seeds``),
+which the engine draws that row from alone, so N ranks sample exactly the rows one rank samples.
 """
 
 from __future__ import annotations
@@ -60,8 +64,30 @@ class Rollout:
 
 
 def mix_seed(*parts: int) -> int:
-    """A 63-bit sampling seed from integers (config seed, step, round, purpose, rank)."""
+    """A 63-bit seed from integers (config seed, step, round, purpose, and a row's prompt position and sample)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+# what a generate call samples, one code each in its rows' seeds (a fresh group and a seeded continuation of the
+# same step and round draw independently)
+FRESH, REFRESH, SEEDED = 1, 2, 4
+
+
+def row_seeds(seed: int, step: int, round_: int, purpose: int, n_prompts: int, per_prompt: int) -> list[int]:
+    """One sampling seed per row of a call whose prompts each repeat ``per_prompt`` times (row k * per_prompt + g
+    is sample g of prompt k): a function of the run's seed, the step, the sampling round, what is sampled, the
+    prompt's position in the step's list and the sample index, so the same on every rank whoever samples the row."""
+    return [mix_seed(seed, step, round_, purpose, k, g) for k in range(n_prompts) for g in range(per_prompt)]
+
+
+def rank_rows(n_rows: int, rank: int, world_size: int) -> range:
+    """The rows of a call's list that ``rank`` samples: a contiguous block, [rank * n // W, (rank + 1) * n // W).
+    Rows come in groups of one prompt's samples, so when the number of groups divides by the world size (the
+    first round of every step: the config requires prompts_per_step % W == 0) each block is whole groups and a
+    prompt's samples share one engine, whose prefix cache then holds the prompt once. Otherwise (a dynamic
+    sampling refill of any size) the blocks stay as even as rows allow and a group cut at a block boundary is
+    sampled on two (or, with fewer rows than ranks per group, more) ranks."""
+    return range(rank * n_rows // world_size, (rank + 1) * n_rows // world_size)
 
 
 def off_policy_ids(tokenizer, example: dict, key: str) -> list[int]:
@@ -106,8 +132,8 @@ class RolloutBuilder:
         n_off = cfg.luffy_off_policy_per_group if cfg.algorithm == "luffy" else 0
         g_on = cfg.samples_per_prompt - n_off
         prompts = [self.prompt_ids[i] for i in example_idxs for _ in range(g_on)]
-        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, round_, 1),
-                              logprobs=True)
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), logprobs=True,
+                              seeds=row_seeds(cfg.seed, step, round_, FRESH, len(example_idxs), g_on))
         rows = []
         for k, ex in enumerate(example_idxs):
             group = self._new_group()
@@ -127,8 +153,8 @@ class RolloutBuilder:
         batches = [self.loader.next(B) for _ in range(T)]
         flat = [ex for batch in batches for ex in batch]
         prompts = [self.prompt_ids[ex] for ex in flat for _ in range(G)]
-        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), seed=mix_seed(cfg.seed, step, 0, 2),
-                              logprobs=True)
+        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), logprobs=True,
+                              seeds=row_seeds(cfg.seed, step, 0, REFRESH, len(flat), G))
         responses = [c.token_ids for c in comps]
         logp, ent = self.behavior(prompts, comps)
         per_batch = B * G
@@ -168,7 +194,8 @@ class RolloutBuilder:
                 prompts.append(self.prompt_ids[ex] + c["response_ids"][:m])
                 budgets.append(cfg.max_response_tokens - m)
                 shared.append(len(self.prompt_ids[ex]))
-        comps = self.generate(prompts, budgets, seed=mix_seed(cfg.seed, step, 0, 4), prefix_lens=shared, logprobs=True)
+        comps = self.generate(prompts, budgets, prefix_lens=shared, logprobs=True,
+                              seeds=row_seeds(cfg.seed, step, 0, SEEDED, len(buf["batches"][j]), G))
         rows = []
         for k, ex in enumerate(buf["batches"][j]):
             group = self._new_group()
@@ -225,28 +252,22 @@ class RolloutBuilder:
         self.behavior_s += time.perf_counter() - t0   # score returns CPU tensors: the forward has finished
         return out
 
-    def generate(self, prompts: list[list[int]], budgets: list[int], *, seed: int, logprobs: bool = False,
+    def generate(self, prompts: list[list[int]], budgets: list[int], *, seeds: list[int], logprobs: bool = False,
                  prefix_lens: list[int] | None = None):
-        """Generate on every rank for a strided shard of the prompts, then gather (order preserved).
-        ``prefix_lens``: the question's length in each prompt (a seeded row continues question + seed).
-
-        The engines draw from one seed per call (``mix_seed(seed, rank)``), so which rank samples a prompt changes
-        its sample: N ranks draw other (equally distributed) rows than one. A sampler with ``prompt_seeds = True``
-        is given ``prompt_seeds=[...]`` instead, one per prompt from its index in the whole list, and then every
-        world size draws the same rows (tests/test_multirank_train.py compares 1 and 2 ranks that way)."""
+        """Generate on every rank for its block of the rows (``rank_rows``: a prompt's samples together), then
+        gather (order preserved). ``seeds``: one per row (``row_seeds``), handed to the engine with the row, so a
+        row's sample does not depend on which rank draws it: any world size samples the rows one rank samples.
+        ``prefix_lens``: the question's length in each prompt (a seeded row continues question + seed)."""
         d = self.d
-        mine = list(range(d.rank, len(prompts), d.world_size))
-        todo = [i for i in mine if budgets[i] > 0]
+        todo = [i for i in rank_rows(len(prompts), d.rank, d.world_size) if budgets[i] > 0]
         out = {}
         if todo:
             kw = {"logprobs": True} if logprobs else {}
             if prefix_lens is not None:
                 kw["prefix_lens"] = [prefix_lens[i] for i in todo]
-            if getattr(self.sampler, "prompt_seeds", False):
-                kw["prompt_seeds"] = [mix_seed(seed, i) for i in todo]
             comps = self.sampler.generate([prompts[i] for i in todo], max_new_tokens=[budgets[i] for i in todo],
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                                          seed=mix_seed(seed, d.rank), **kw)
+                                          seeds=[seeds[i] for i in todo], **kw)
             out.update(zip(todo, comps))
         merged = {}
         for part in all_gather_objects(out, d):

@@ -21,7 +21,9 @@ distribution). The early and final checkpoints must share a tokenizer (same voca
 token ids of the prefix are handed over as they are. The early phase runs first for all problems (its prefixes
 are kept in ``prefixes.jsonl``), then the final checkpoint is loaded (with vLLM its weights are pushed into the
 same engine, so both checkpoints must have the same architecture there). Both phases append one JSON line per
-problem and skip problems already present, so an interrupted run resumes where it stopped.
+problem and skip problems already present, so an interrupted run resumes where it stopped. Each checkpoint is a
+model folder or a hub id (read from its snapshot in the Hugging Face cache, ``inference.hub``; the settings record
+``owner/name@<commit>``).
 
 Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem), ``relay_settings.json`` (the
 settings the JSONL files belong to; a rerun with different settings is refused). ``run_relay`` returns the tables
@@ -209,6 +211,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     from transformers import AutoTokenizer
 
     from inference import load_policy, make_sampler, resolve_engine
+    from inference.hub import ModelSourceError, resolve_model
     from scoring.templates import render_prompt
 
     # -- everything that can fail cheaply, before a model is loaded --
@@ -216,18 +219,24 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         raise RelayError(f"--cut must lie in [0, 1], got {cut}")
     if n < 1 or batch_problems < 1:
         raise RelayError("--n and batch_problems must be positive")
+    sources = {}   # a folder, or a hub id's snapshot in the Hugging Face cache (inference.hub)
+    for name, path in (("early", early), ("final", final)):
+        if Path(path).exists() and not Path(path).is_dir():
+            raise RelayError(f"--{name} checkpoint '{path}' is not a directory (a Hugging Face model folder)")
+        try:
+            sources[name] = resolve_model(path, what=f"--{name}")
+        except ModelSourceError as e:
+            raise RelayError(str(e)) from None
+    early_dir, final_dir = sources["early"].path, sources["final"].path
     try:
-        engine_used = resolve_engine(engine, model_path=final)   # "auto": see inference.engines
+        engine_used = resolve_engine(engine, model_path=final_dir)   # "auto": see inference.engines
     except ValueError as e:
         raise RelayError(str(e)) from None
-    for name, path in (("early", early), ("final", final)):
-        if not Path(path).is_dir():
-            raise RelayError(f"--{name} checkpoint '{path}' is not a directory (a Hugging Face model folder)")
     bench, probs = _load_problems(benchmark, problems, limit)
     template = template or bench.default_template
     max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
-    tok_early = AutoTokenizer.from_pretrained(early)
-    tok_final = AutoTokenizer.from_pretrained(final)
+    tok_early = AutoTokenizer.from_pretrained(early_dir)
+    tok_final = AutoTokenizer.from_pretrained(final_dir)
     check_same_tokenizer(tok_early, tok_final)
     tok = tok_final
     eos_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []   # + the sampler's (generation config)
@@ -235,7 +244,8 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
     out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    identity = {"early": str(Path(early).resolve()), "final": str(Path(final).resolve()), "benchmark": bench.name,
+    # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
+    identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
                 "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
                 "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_problems": batch_problems}
@@ -272,7 +282,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         return correct, verdicts
 
     # vLLM's KV cache holds the longest prompt plus its budget (a relay row is prompt + prefix + continuation)
-    engine_kw = ({"max_model_len": max(len(x) for x in prompt_ids.values()) + max_tokens, "model_path": early}
+    engine_kw = ({"max_model_len": max(len(x) for x in prompt_ids.values()) + max_tokens, "model_path": early_dir}
                  if engine_used == "vllm" else {})
 
     # -- phase A: early checkpoint writes responses; keep the prefixes --
@@ -280,7 +290,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     todo = [p for p in probs if str(p.id) not in results and str(p.id) not in prefixes]
     if todo:
         log(f"early phase: {len(todo)} problems × {n} samples from {early}")
-        model, _ = load_policy(early, device=device)
+        model, _ = load_policy(early_dir, device=device)
         sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
         eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
         for chunk in _chunks(todo, batch_problems):
@@ -307,7 +317,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     todo = [p for p in probs if str(p.id) not in results]
     if todo:
         log(f"final phase: {len(todo)} problems × {n} relay + {n} final-only samples from {final}")
-        model, _ = load_policy(final, device=device)
+        model, _ = load_policy(final_dir, device=device)
         if sampler is not None and engine_used == "vllm":
             sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
         else:
