@@ -152,7 +152,8 @@ def test_hf_engine_samples_in_the_compute_dtype():
 
 
 def test_a_bf16_run_trains_and_checkpoints_fp32_masters(tmp_path):
-    """``train`` with dtype=bfloat16 on the CPU: the checkpoint holds float32 weights, and the HF engine's sampling
+    """``train`` with dtype=bfloat16 on the CPU: the checkpoint's export is bf16 (``export_dtype=auto``: the compute
+    dtype; the fp32 masters stay in trainer_state/, tests/test_checkpoint_export.py), and the HF engine's sampling
     log-probs match the trainer's bf16 forward to bf16 precision (both compute in bf16)."""
     from trainer.train import train
     over = {"output_dir": str(tmp_path), "model": "tiny:1m", "task": "addition", "task_kwargs": json.dumps(TASK_KWARGS),
@@ -161,7 +162,7 @@ def test_a_bf16_run_trains_and_checkpoints_fp32_masters(tmp_path):
             "behavior_logprobs": "sampler"}
     run = train(load_config(None, [f"{k}={v}" for k, v in over.items()]), Dist())
     weights = load_file(str(run / "checkpoints" / "step_000001" / "model.safetensors"))
-    assert weights and {t.dtype for t in weights.values()} == {torch.float32}
+    assert weights and {t.dtype for t in weights.values()} == {torch.bfloat16}
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2
     for m in metrics:

@@ -2,11 +2,13 @@
 
     runs/<run>/checkpoints/step_NNNNNN/
         config.json, generation_config.json, tokenizer files
-        model.safetensors                  the weights in the master dtype (fp32), or model-0000k-of-0000K.safetensors
-                                           + model.safetensors.index.json above 5 GB; transformers and vLLM load it
+        model.safetensors                  the weights in ``export_dtype`` (default the compute dtype: bf16 on CUDA),
+                                           or model-0000k-of-0000K.safetensors + model.safetensors.index.json above
+                                           5 GB; transformers and vLLM load it (config.json's dtype says which)
         trainer_state/                     what resume needs (only the newest ``keep_resume_states`` checkpoints)
             meta.json                      format version, step, world size that wrote it
-            state.pt                       scheduler, data cursor, seed buffer / stale queue, RNG, token count, config
+            state.pt                       scheduler, data cursor, seed buffer / stale queue, RNG (each rank's own
+                                           CUDA generator), token count, config
             dcp/                           model and AdamW state, torch.distributed.checkpoint: one file per rank
 
 Nothing is gathered for resume: every rank writes and reads only its own shards of model and optimizer state
@@ -15,7 +17,8 @@ resumes on M. The Hugging Face export is written by rank 0 from a streamed gathe
 ``trainer.fsdp.stream_full_state``), so no GPU ever holds the whole model. Every checkpoint gets the export (the
 paper selects the checkpoint to evaluate among all saved steps); ``keep_checkpoints`` bounds how many exports stay,
 ``keep_resume_states`` how many keep their much larger ``trainer_state/`` (fp32 weights + two AdamW moments:
-12 bytes per parameter, ~91 GB at 7B; the export is 4 bytes per parameter).
+12 bytes per parameter, ~91 GB at 7B; the export is 2 bytes per parameter in bf16, 15 GB at 7B, 4 in fp32). The
+export is for evaluation and for starting new runs; resume reads the fp32 masters from ``trainer_state/`` only.
 
 A checkpoint is first written under ``step_NNNNNN.tmp`` and renamed when every rank has finished, so a run killed
 mid-write never leaves a directory resume would trust. Rank 0 picks the checkpoint to resume and tells the others;
@@ -61,9 +64,10 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 # save
 # ----------------------------------------------------------------------------------------------------------
 def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, trainer_state: dict | None, d: Dist,
-                    keep: int = 0, keep_resume: int = 1) -> Path:
+                    keep: int = 0, keep_resume: int = 1, export_dtype: torch.dtype | None = None) -> Path:
     """Write the checkpoint of ``step``; every rank calls it (``trainer_state`` is read on rank 0 only). Then prune
-    (rank 0): exports beyond the newest ``keep`` (0 = all), resume states beyond the newest ``keep_resume``."""
+    (rank 0): exports beyond the newest ``keep`` (0 = all), resume states beyond the newest ``keep_resume``.
+    ``export_dtype``: the dtype of the Hugging Face export's floating tensors (None: the parameters' own)."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if d.is_main:
@@ -72,7 +76,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, tr
         (tmp / STATE_DIR).mkdir(parents=True)
     barrier(d)
     save_sharded(model, optimizer, tmp / DCP_DIR, d)
-    write_hf_export(tmp, model, tokenizer, d)
+    write_hf_export(tmp, model, tokenizer, d, dtype=export_dtype)
     if d.is_main:
         torch.save(trainer_state, tmp / STATE_FILE)
         meta = {"format": FORMAT, "step": step, "world_size": d.world_size}
@@ -85,12 +89,15 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, tr
     return final
 
 
-def write_hf_export(out: Path, model, tokenizer, d: Dist, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype | None = None,
+                    max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
     """A Hugging Face model directory in ``out``: rank 0 writes safetensors shards of at most ``max_shard_bytes``
-    while every rank streams the full tensors (collective); tensors keep their (master) dtype."""
+    while every rank streams the full tensors (collective). Floating tensors are written in ``dtype`` (cast on each
+    rank's shard before the gather), or in their own (master) dtype when None; config.json's ``dtype`` is what the
+    files hold."""
     from safetensors.torch import save_file
     out = Path(out)
-    parts, shard, size, index, dtype = [], {}, 0, {}, None
+    parts, shard, size, index, written = [], {}, 0, {}, None
 
     def flush():
         nonlocal shard, size
@@ -100,7 +107,7 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, max_shard_bytes: in
             parts.append((name, list(shard)))
         shard, size = {}, 0
 
-    for name, tensor in stream_full_state(model, d):
+    for name, tensor in stream_full_state(model, d, dtype=dtype):
         if tensor is None:   # not rank 0: the gather happened, nothing to keep
             continue
         nbytes = tensor.numel() * tensor.element_size()
@@ -109,7 +116,7 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, max_shard_bytes: in
         shard[name] = tensor.contiguous()
         size += nbytes
         if tensor.is_floating_point():
-            dtype = dtype or tensor.dtype
+            written = written or tensor.dtype
     if not d.is_main:
         return
     flush()
@@ -124,8 +131,8 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, max_shard_bytes: in
         (out / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1) + "\n")
     config = copy.deepcopy(model.config)
-    if dtype is not None:
-        config.dtype = dtype   # what the files hold, so dtype="auto" loads the master weights as stored
+    if written is not None:
+        config.dtype = written   # what the files hold, so dtype="auto" loads the weights as stored
     config.save_pretrained(out)
     generation = getattr(model, "generation_config", None)
     if generation is not None:
@@ -285,17 +292,32 @@ def remove_partial_saves(run_dir: Path) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # RNG and metrics
 # ----------------------------------------------------------------------------------------------------------
-def rng_state() -> dict:
+def rng_state(d: Dist) -> dict:
+    """The RNG states a resumed run restores (collective; rank 0 saves the result): Python's, numpy's and torch's
+    CPU generator (this rank's; every rank restores rank 0's), and under ``"cuda"`` every rank's own CUDA
+    generator (this device's state only, ``torch.cuda.get_rng_state()``), a list by rank, None entries without
+    CUDA. Not every device the process can see (``get_rng_state_all``): that list's length is the visible GPU
+    count, and restoring it where fewer are visible fails."""
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() else None
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+            "cuda": all_gather_objects(cuda, d)}
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, *, rank: int = 0) -> None:
+    """Restore what ``rng_state`` saved; rank ``rank`` sets its current CUDA device's generator to the entry saved
+    by that rank. A rank the checkpoint did not have (resumed on more ranks) keeps its seeded CUDA state.
+    Checkpoints written before ``rng_state`` saved by rank hold rank 0's ``get_rng_state_all()`` (one entry per
+    device it saw): read the same way, rank r takes entry r, which on one node is the state of its own device
+    index, so an 8-GPU checkpoint resumes on one GPU."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("cuda")
+    if saved is None or not torch.cuda.is_available():
+        return
+    mine = saved if isinstance(saved, torch.Tensor) else (saved[rank] if rank < len(saved) else None)
+    if mine is not None:
+        torch.cuda.set_rng_state(mine)   # the current device: the rank's own (trainer.fsdp.init_distributed)
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:

@@ -130,9 +130,13 @@ class Config:
     m2po_staleness: int = 4               # train on rollouts written this many steps ago
     # --- logging and checkpoints ------------------------------------------------------------------------
     save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
-    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all): each a Hugging Face model (4 B/param)
+    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all): each a Hugging Face model (2 B/param
+                                          # in bf16, 4 in fp32: export_dtype)
     keep_resume_states: int = 2           # of those, the newest that keep trainer_state/ for resume (sharded fp32
                                           # weights + AdamW moments, 12 B/param: 91 GB at 7B); older ones stay models
+    export_dtype: str = "auto"            # dtype of each checkpoint's Hugging Face export: auto (the compute dtype,
+                                          # `dtype`: bf16 on CUDA) | float32 | bfloat16; the fp32 masters that
+                                          # resume reads stay in trainer_state/ whatever it is
     log_rollouts: bool = True             # write rollouts/step_N.parquet every step
     tracker: str = "none"                 # none | tensorboard | wandb
     progress: bool = True                 # progress bar on rank 0
@@ -294,6 +298,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.luffy_long_traces in ("drop", "truncate"),
            f"luffy_long_traces must be drop (leave out prompts whose off-policy trace exceeds max_response_tokens) "
            f"or truncate, got '{cfg.luffy_long_traces}'")
+    _check(cfg.export_dtype in ("auto", "float32", "bfloat16"),
+           f"export_dtype must be auto (the compute dtype), float32 or bfloat16, got '{cfg.export_dtype}'")
     _check(cfg.keep_checkpoints >= 0, f"keep_checkpoints must be >= 0 (0 = keep all), got {cfg.keep_checkpoints}")
     _check(cfg.keep_resume_states >= 1,
            f"keep_resume_states must be >= 1 (the newest checkpoint is what a resumed run reads), got "

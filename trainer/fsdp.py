@@ -1,8 +1,9 @@
 """Everything that touches torch.distributed and FSDP2 lives here (and only here).
 
 One process: the model is a plain module and every helper is the identity. ``torchrun --nproc_per_node N``:
-``fully_shard`` wraps each decoder layer and the root, state dicts are gathered in full for checkpoints and for the
-rollout engine. Precision is the same on both (``shard_model``): parameters and optimizer state in the master dtype
+``fully_shard`` wraps each decoder layer and the root of a model built on the meta device, each rank reads only its
+own shards of the weights (``load_shards``), and full tensors are gathered one at a time for the export and the
+rollout engine (``stream_full_state``, ``copy_full_weights``), never as a whole state dict. Precision is the same on both (``shard_model``): parameters and optimizer state in the master dtype
 (fp32), forward and backward in the compute dtype (bf16 on CUDA), gradients reduced and accumulated in fp32.
 """
 
@@ -34,8 +35,15 @@ class Dist:
         return self.world_size > 1
 
 
+# how long a collective of the process group waits for the slowest rank before the job fails; a wait that may take
+# longer (a node's rank downloading the model) goes through ``all_gather_objects_patiently``
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+PATIENT_TIMEOUT = datetime.timedelta(hours=8)
+
+
 def init_distributed() -> Dist:
-    """Initialise the process group when launched by torchrun; otherwise a single-process Dist."""
+    """Initialise the process group when launched by torchrun (collectives time out after ``COLLECTIVE_TIMEOUT``);
+    otherwise a single-process Dist."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -43,7 +51,7 @@ def init_distributed() -> Dist:
     if cuda:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
     rank = dist.get_rank() if dist.is_initialized() else 0
     return Dist(rank=rank, world_size=world, local_rank=local, device=device)
 
@@ -164,21 +172,135 @@ def _decoder_layers(model: torch.nn.Module):
     return list(layers)
 
 
-def full_model_state_dict(model: torch.nn.Module, d: Dist) -> dict:
-    """The full (unsharded) state dict on every rank, on CPU."""
-    if not d.enabled:
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+# ----------------------------------------------------------------------------------------------------------
+# building on the meta device, loading each rank's shard, streaming full tensors
+# ----------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def params_on_meta():
+    """While the block runs, every parameter a module registers is moved to the ``meta`` device (no memory), while
+    buffers are built for real. A model built so costs nothing until ``materialize``; its non-persistent buffers
+    (RoPE's ``inv_freq``), which are computed at construction and are in no checkpoint, keep their values
+    (accelerate's ``init_empty_weights(include_buffers=False)``; torchtitan recomputes them in ``init_weights``
+    instead). The constructors' ``torch.empty`` allocations are moved before any page is touched."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        if param is not None and param.device.type != "meta":
+            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
 
 
-def stream_full_state(model: torch.nn.Module, d: Dist):
+def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """Give a model built under ``params_on_meta`` (sharded or not) real, uninitialised storage on ``device``
+    (``to_empty``), keeping the values of the buffers that were real and the weight ties. A sharded (DTensor)
+    parameter keeps its identity through ``to_empty`` (FSDP2's documented meta-device recipe); a plain one is
+    replaced per module, so ties are restored here."""
+    kept = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((module, name))
+    model.to_empty(device=device)
+    for group in owners.values():
+        (first, first_name), rest = group[0], group[1:]
+        for module, name in rest:
+            if module._parameters[name] is not first._parameters[first_name]:
+                module._parameters[name] = first._parameters[first_name]
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name in kept:
+                b.copy_(kept[name])
+    return model
+
+
+def safetensors_index(path) -> dict[str, str]:
+    """tensor name -> the file holding it, for a Hugging Face directory's ``model.safetensors`` or its sharded
+    ``model.safetensors.index.json``; ``inference.hub.ModelSourceError`` (one line) when the directory has neither."""
+    import json
+    from pathlib import Path
+    from inference.hub import ModelSourceError
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        return {k: str(path / f) for k, f in json.loads(index.read_text())["weight_map"].items()}
+    single = path / "model.safetensors"
+    if not single.is_file():
+        raise ModelSourceError(f"{path}: no model.safetensors(.index.json); on several ranks each rank reads its "
+                                f"own shard from safetensors files: re-save the model with save_pretrained "
+                                f"(safe_serialization=True) or train it on one process")
+    from safetensors import safe_open
+    with safe_open(str(single), "pt") as f:
+        return {k: str(single) for k in f.keys()}
+
+
+def _dim0_rows(p) -> tuple[int, int]:
+    """The rows [start, stop) of a DTensor parameter's global tensor that this rank holds: FSDP2's ``Shard(0)``
+    splits dim 0 as ``torch.chunk`` does (chunks of ceil(D / N) rows, the last ones shorter or empty)."""
+    from torch.distributed.tensor import Shard
+    assert tuple(p.placements) == (Shard(0),), f"expected FSDP2's Shard(0) placement, got {p.placements}"
+    n, r, rows = p.device_mesh.size(), p.device_mesh.get_local_rank(), p.shape[0]
+    chunk = -(-rows // n)
+    start, stop = min(rows, r * chunk), min(rows, (r + 1) * chunk)
+    local = p.to_local().shape[0]
+    assert stop - start == local, f"shard of {tuple(p.shape)}: rows [{start}, {stop}) but {local} held locally"
+    return start, stop
+
+
+@torch.no_grad()
+def load_shards(model: torch.nn.Module, path, d: Dist) -> torch.nn.Module:
+    """Materialise a model that was built under ``params_on_meta`` and sharded (``shard_model``) on ``d.device``,
+    and fill it from the safetensors files of ``path``: every rank reads only the rows of its own shards
+    (``safe_open(...).get_slice``, one tensor's slice at a time, cast to the parameter's dtype as it is copied in),
+    so no rank ever holds the whole model, and nothing is communicated. Buffers saved in the checkpoint are read
+    whole; the others keep their constructed values. Names are the model's state-dict names (Llama, Qwen2, Qwen3:
+    the checkpoint's); a tensor the files lack, or of another shape, is a ``ModelSourceError`` naming it."""
+    from safetensors import safe_open
+    from inference.hub import ModelSourceError
+    index = safetensors_index(path)
+    materialize(model, d.device)
+    aliases: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(name)
+    targets = [(aliases[id(p)], p, True) for _, p in model.named_parameters()]
+    persistent = model.state_dict(keep_vars=True)
+    targets += [([name], b, False) for name, b in model.named_buffers() if name in persistent and name in index]
+    for names, t, is_param in targets:
+        key = next((n for n in names if n in index), None)
+        if key is None:
+            raise ModelSourceError(f"{path}: the checkpoint has no tensor {' / '.join(names)} (saved from another "
+                                   f"architecture, or with other tensor names): re-save it with this transformers "
+                                   f"version's save_pretrained, or train it on one process")
+        sharded = hasattr(t, "to_local")
+        local = t.to_local() if sharded else t
+        with safe_open(index[key], "pt", device="cpu") as f:   # opened per tensor: its mapped pages go with it
+            part = f.get_slice(key)
+            shape = tuple(part.get_shape())
+            if shape != tuple(t.shape):
+                raise ModelSourceError(f"{index[key]}: {key} has shape {shape}, the model expects "
+                                       f"{tuple(t.shape)}: config.json and the weights disagree")
+            if sharded:
+                start, stop = _dim0_rows(t)
+                if stop > start:
+                    local.copy_(part[start:stop])
+            else:
+                local.copy_(part[:])
+    return model
+
+
+def stream_full_state(model: torch.nn.Module, d: Dist, *, dtype: torch.dtype | None = None):
     """The full (unsharded) tensors of ``model``'s state dict one at a time, for an export that rank 0 writes:
     yields ``(name, tensor)`` with the tensor on CPU on rank 0 and ``None`` on the other ranks. Every rank must
     iterate to the end (each sharded tensor is one all-gather). Peak memory is one full tensor per GPU and what
-    the caller keeps on rank 0's CPU, never the whole model on every GPU (``full_model_state_dict`` does that).
-    A weight tied to another (``lm_head`` to the embedding) is yielded once, under its first name, as
-    ``save_pretrained`` writes it."""
+    the caller keeps on rank 0's CPU, never the whole model on every GPU. ``dtype``: floating tensors are cast to
+    it, on each shard before the gather (half the bytes moved for bf16). A weight tied to another (``lm_head`` to
+    the embedding) is yielded once, under its first name, as ``save_pretrained`` writes it."""
     first: dict[int, str] = {}
     tied = set()
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -186,9 +308,32 @@ def stream_full_state(model: torch.nn.Module, d: Dist):
     for name, value in model.state_dict().items():
         if name in tied:
             continue
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)
         full = value.full_tensor() if hasattr(value, "full_tensor") else value
         yield name, (full.detach().to("cpu", copy=True) if d.is_main else None)
-        del full
+        del full, value
+
+
+@torch.no_grad()
+def copy_full_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """Overwrite the unsharded module ``dst`` with the current weights of ``src`` (sharded or not; the same
+    architecture), one tensor at a time: each tensor of ``src``'s state dict is cast to ``dst``'s dtype on its
+    shard, all-gathered, copied into ``dst``'s tensor and freed. Beyond the two models the peak is one tensor's
+    gather (its cast shard, its full tensor in ``dst``'s dtype and the collective's buffers: 2.5x the largest
+    tensor measured on gloo, tests/test_host_memory.py), never a state dict. Collective (every rank runs the same
+    gathers in the same order); a tied weight is copied once."""
+    targets = dst.state_dict(keep_vars=True)
+    done: set[int] = set()
+    for name, value in src.state_dict().items():
+        target = targets[name]
+        if id(target) in done:
+            continue
+        done.add(id(target))
+        value = value.to(target.dtype)
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        target.detach().copy_(full)
+        del full, value
 
 
 def _dcp_state(model, optimizer) -> dict:
@@ -270,6 +415,22 @@ def all_gather_objects(obj, d: Dist) -> list:
         return [obj]
     out = [None] * d.world_size
     dist.all_gather_object(out, obj)
+    return out
+
+
+def all_gather_objects_patiently(obj, d: Dist, *, timeout: datetime.timedelta | None = None) -> list:
+    """``all_gather_objects`` on a gloo group of its own whose collectives wait ``timeout`` (``PATIENT_TIMEOUT``),
+    not the process group's ``COLLECTIVE_TIMEOUT``: for a rank that does long work alone while the others wait (a
+    15 GB model download on one rank per node, which calls it when done). The group is built inside the call, so its
+    set-up waits under ``timeout`` too."""
+    if not d.enabled:
+        return [obj]
+    group = dist.new_group(backend="gloo", timeout=timeout or PATIENT_TIMEOUT)
+    try:
+        out = [None] * d.world_size
+        dist.all_gather_object(out, obj, group=group)
+    finally:
+        dist.destroy_process_group(group)
     return out
 
 

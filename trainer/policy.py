@@ -16,6 +16,7 @@ float32 logits alone would be 5 GB per row; a chunk of 1024 is 0.6 GB.
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Sequence
 
 import torch
@@ -26,7 +27,8 @@ from inference.batching import micro_batches
 from trainer.algos import logprobs_and_entropy
 from trainer.algos.entropy import (CHECKPOINT_MIN_ELEMENTS, DEFAULT_CHUNK_SIZE, _chunk_both,
                                    _chunk_both_entropy_detached)
-from trainer.fsdp import Dist, all_gather_objects, compute_dtype, compute_params
+from trainer.fsdp import (Dist, all_gather_objects, compute_dtype, compute_params, load_shards, materialize,
+                          params_on_meta, shard_model)
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -81,19 +83,77 @@ def compute_dtype_engines(make_sampler, dtype: torch.dtype):
     return build
 
 
-def build_policy(model_name: str, *, dtype: torch.dtype, seed: int):
-    """(model, tokenizer) from an HF directory / hub id, or a fresh tiny model for ``tiny:<size>``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def build_policy(model_name: str, *, dtype: torch.dtype, seed: int, meta: bool = False):
+    """(model, tokenizer) from an HF directory / hub id, or a fresh tiny model for ``tiny:<size>``.
+
+    ``meta=True`` (a directory): the model's parameters are left on the ``meta`` device, its buffers built
+    (``trainer.fsdp.params_on_meta``), and no weight is read: ``trainer.fsdp.load_shards`` fills it once sharded.
+    Otherwise the whole model is loaded (``from_pretrained``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     if model_name.startswith("tiny:"):
+        assert not meta, "a tiny: model is built, not loaded: there is nothing to read shard by shard"
         from inference.tiny import build_model, build_tokenizer
         tokenizer = build_tokenizer()
         model = build_model(model_name.split(":", 1)[1], tokenizer, seed=seed).to(dtype)
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_name)
-        model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype)
+        if meta:
+            with params_on_meta():
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype)
+            try:   # what from_pretrained reads beside the weights (stop ids)
+                model.generation_config = GenerationConfig.from_pretrained(model_name)
+            except OSError:   # no generation_config.json: the config's defaults, as from_pretrained keeps them
+                pass
+            model.eval()   # as from_pretrained returns it
+        else:
+            model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute: torch.dtype, seed: int,
+                      builder=None, gradient_checkpointing: bool = False):
+    """The policy the trainer trains, (model, tokenizer): parameters in ``master`` on ``d.device``, sharded by
+    ``trainer.fsdp.shard_model`` (FSDP2 on several ranks, the one-process casts on one) to compute in ``compute``.
+
+    Several ranks and a model directory: every rank builds the model with its parameters on the meta device,
+    shards it, and reads only its own rows of each tensor from the safetensors files (``trainer.fsdp.load_shards``),
+    so host memory per rank is its shard (at 7B in fp32: 28 GB / N instead of 28 GB on each of the N ranks, plus
+    one tensor's slice in flight). One process, a ``tiny:`` model, or a ``builder`` (``build_policy``'s signature,
+    for library callers): the model is built whole, moved to the device and sharded, as before."""
+    meta = d.enabled and builder is None and not model_name.startswith("tiny:")
+    if meta:
+        model, tokenizer = build_policy(model_name, dtype=master, seed=seed, meta=True)
+    else:
+        model, tokenizer = (builder or build_policy)(model_name, dtype=master, seed=seed)
+    if gradient_checkpointing:
+        # transformers 5 renamed it (the old name warns)
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    if not meta:
+        model.to(d.device)
+    model = shard_model(model, d, param_dtype=compute)
+    if meta:
+        load_shards(model, model_name, d)
+    return model, tokenizer
+
+
+def engine_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """An unsharded module of ``model``'s architecture with its parameters in ``dtype`` (the compute dtype) on
+    ``device``, for the HF engine on several ranks: built with its parameters on the meta device and materialised
+    there, so it costs 2 bytes per parameter in bf16 and no fp32 copy of the master is ever made (a ``deepcopy``
+    of the fp32 model cost 4, 28 GB per GPU at 7B). Buffers are the model's own (cloned, in their dtype); the
+    parameters are uninitialised until ``trainer.fsdp.copy_full_weights`` fills them."""
+    from transformers import AutoModelForCausalLM
+    with params_on_meta():
+        out = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=dtype)
+    materialize(out, device)
+    for name, buf in model.named_buffers():
+        owner, _, leaf = name.rpartition(".")
+        out.get_submodule(owner)._buffers[leaf] = buf.detach().clone()
+    if getattr(model, "generation_config", None) is not None:   # the stop ids the engine reads
+        out.generation_config = copy.deepcopy(model.generation_config)
+    return out.eval()
 
 
 def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, pad_id: int, device):

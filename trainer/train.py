@@ -35,7 +35,6 @@ unsupported or sharded models use).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -47,14 +46,15 @@ from pathlib import Path
 import torch
 
 from inference.batching import micro_batches
+from inference.hub import ModelSourceError
 from trainer import checkpoint as ckpt
 from trainer.algos import (LOSSES, TokenBatch, group_advantages, loss_denominator, loss_mask, m2po_mask,
                            reduce_loss)
 from trainer.config import Config, ConfigError, dump_config, load_config, loss_kwargs, to_dict, validate
 from trainer.data import PromptLoader, load_examples
-from trainer.fsdp import (Dist, all_gather_objects, all_reduce_values, barrier, clip_grad_norm, full_model_state_dict,
-                          init_distributed, shard_model, shutdown)
-from trainer.policy import _DTYPES, build_policy, resolve_dtype, response_logprobs, score, use_flat
+from trainer.fsdp import (Dist, all_gather_objects, all_gather_objects_patiently, all_reduce_values, barrier,
+                          clip_grad_norm, compute_dtype, copy_full_weights, init_distributed, shutdown)
+from trainer.policy import _DTYPES, resolve_dtype, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, RolloutBuilder, off_policy_ids
 from scoring.verdict import UNGRADED_VERDICTS
 
@@ -384,16 +384,27 @@ def make_scheduler(optimizer, cfg: Config):
 
 
 def make_rollout_engine(cfg: Config, model, tokenizer, d: Dist, *, sampler_builder=None):
-    """The sampler (call before sharding). One process: the HF engine shares the trained module. Several ranks:
-    it samples from an unsharded copy whose weights are synced from the sharded model every step.
-    ``sampler_builder``: replaces ``inference.make_sampler`` (same signature)."""
+    """The sampler over the trained model (already sharded and loaded). One process: the HF engine shares the
+    trained module. Several ranks: the HF engine samples from an unsharded copy in the compute dtype
+    (``trainer.policy.engine_copy``: built on the meta device, no fp32 copy) that ``sync_rollout_weights`` fills,
+    here and every step; vLLM loads the checkpoint directory itself and is pushed the sharded model's weights.
+    ``sampler_builder``: replaces ``inference.make_sampler`` (same signature). Collective on several ranks."""
     from inference import make_sampler, resolve_engine
+    from trainer.policy import engine_copy
     make_sampler = sampler_builder or make_sampler
     engine = resolve_engine(cfg.engine, model=model)
-    engine_model = copy.deepcopy(model).eval() if d.enabled and engine == "hf" else model
+    engine_model = model
+    if d.enabled and engine == "hf":
+        engine_model = engine_copy(model, compute_dtype(model), d.device)
+        copy_full_weights(engine_model, model)
     kw = {"ignore_eos": True} if cfg.ignore_eos else {}
     kw["max_batch_size"] = cfg.rollout_batch_size
     if engine == "vllm":
+        if d.enabled and not os.path.isdir(str(getattr(model, "name_or_path", "") or "")):
+            # each rank's engine loads a model folder and is then pushed the shards; a sharded module cannot be
+            # saved as one (a fresh tiny: model without sft_steps has no folder)
+            raise ckpt.CheckpointError(f"model={cfg.model}: engine=vllm on {d.world_size} ranks needs a model "
+                                       f"folder or hub id for the engines to load (or tiny: with sft_steps > 0)")
         kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
         kw["max_model_len"] = cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
         kw["enable_sleep_mode"] = {"auto": None, "on": True, "off": False}[cfg.vllm_sleep_mode]
@@ -419,21 +430,18 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     # mixed precision: the model (and so the optimizer state) in master_dtype (fp32), forward/backward in dtype;
     # shard_model installs the casts, the rollout engines sample in dtype (trainer.fsdp.shard_model)
     from inference import make_sampler
-    from trainer.policy import compute_dtype_engines, resolve_master_dtype
+    from trainer.policy import compute_dtype_engines, load_for_training, resolve_master_dtype
     dtype = resolve_dtype(cfg.dtype, d.device)
     master = resolve_master_dtype(cfg.master_dtype, dtype)
-    model, tokenizer = (policy_builder or build_policy)(warm_start(cfg, d), dtype=master, seed=cfg.seed)
-    if cfg.gradient_checkpointing:
-        # transformers 5 renamed it (the old name warns)
-        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    # on several ranks each rank reads only its own shard of the weights (built on the meta device, then sharded)
+    model, tokenizer = load_for_training(warm_start(cfg, d), d, master=master, compute=dtype, seed=cfg.seed,
+                                         builder=policy_builder, gradient_checkpointing=cfg.gradient_checkpointing)
     prompt_ids, kept_examples, data_counts = tokenize_prompts(cfg, examples, tokenizer)
     if d.is_main and any(data_counts.values()):
         print(f"data: {len(kept_examples)} of {len(examples)} prompts kept ({data_counts})", file=sys.stderr)
-    model.to(d.device)
     sampler, engine_model = make_rollout_engine(cfg, model, tokenizer, d,
                                                 sampler_builder=compute_dtype_engines(sampler_builder or make_sampler,
                                                                                       dtype))
-    model = shard_model(model, d, param_dtype=dtype)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
     loader = PromptLoader(len(kept_examples), seed=cfg.seed)
@@ -449,7 +457,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         scheduler.load_state_dict(state["scheduler"])
         loader.load_state_dict(state["loader"])
         builder.load_state_dict(state["rollouts"])
-        ckpt.set_rng_state(state["rng"])
+        ckpt.set_rng_state(state["rng"], rank=d.rank)
         start, produced_tokens = state["step"] + 1, state["produced_tokens"]
         if d.is_main:
             ckpt.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
@@ -472,6 +480,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         sync_rollout_weights(sampler, engine_model, model, d)
         gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
         all_rows, kept, metrics = collect_step(builder, cfg, step)
+        metrics.update(sync_check_metrics(sampler))
         if hasattr(sampler, "sleep"):
             sampler.sleep()   # vLLM sleep mode: its GPU memory is the trainer's until the next sync wakes it
         t_gen = time.perf_counter() - t0
@@ -586,27 +595,25 @@ def warm_start(cfg: Config, d: Dist) -> str:
     return str(path)
 
 
-_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py"]
-
-
 def hub_snapshot(name: str, d: Dist) -> str:
-    """A hub id becomes the local directory of its snapshot, downloaded once per node (local rank 0; the others
-    wait), so that every rank and the vLLM engine read the same files and nobody re-saves a private copy of the
-    model. Local paths and ``tiny:`` names are returned unchanged."""
+    """A hub id becomes the local directory of its snapshot in the Hugging Face cache (``inference.hub``), fetched
+    once per node: local rank 0 downloads what is missing while every other rank waits on a group of its own whose
+    timeout is hours (``all_gather_objects_patiently``), never in a collective of the process group (30 minutes: a
+    15 GB download on a slow link would end the job). A failure (not cached and no network, an unknown id) is the
+    same one-line ``ModelSourceError`` on every rank. Local paths and ``tiny:`` names are returned unchanged."""
+    from inference.hub import ModelSourceError, resolve_model
     if name.startswith("tiny:") or os.path.exists(name):
         return name
-    from huggingface_hub import snapshot_download
     error = None
     if d.local_rank == 0:
         try:
-            snapshot_download(name, allow_patterns=_HUB_FILES)
+            resolve_model(name, what="model=")
         except Exception as exc:   # reported on every rank below, instead of leaving the others waiting
-            error = f"{type(exc).__name__}: {exc}"
-    errors = [e for e in all_gather_objects(error, d) if e]
+            error = str(exc) if isinstance(exc, ModelSourceError) else f"model={name}: {type(exc).__name__}: {exc}"
+    errors = [e for e in all_gather_objects_patiently(error, d) if e]
     if errors:
-        raise OSError(f"model={name}: not a local directory, and fetching it from the hub failed ({errors[0]}); "
-                      f"download it first and set model= to the local copy")
-    return snapshot_download(name, allow_patterns=_HUB_FILES, local_files_only=True)
+        raise ModelSourceError(errors[0])
+    return resolve_model(name, what="model=", download=False).path
 
 
 def save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder, produced_tokens, cfg, d):
@@ -614,12 +621,15 @@ def save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder,
     and the rank-independent state by rank 0 (``trainer/checkpoint.py``)."""
     t0 = time.perf_counter()
     state = None
+    rng = ckpt.rng_state(d)   # collective: each rank's own CUDA generator
     if d.is_main:
         state = {"step": step, "scheduler": scheduler.state_dict(), "loader": loader.state_dict(),
-                 "rollouts": builder.state_dict(), "rng": ckpt.rng_state(), "produced_tokens": produced_tokens,
+                 "rollouts": builder.state_dict(), "rng": rng, "produced_tokens": produced_tokens,
                  "world_size": d.world_size, "config": to_dict(cfg)}
+    export = resolve_dtype(cfg.dtype if cfg.export_dtype == "auto" else cfg.export_dtype, d.device)   # auto: compute
     path = ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=tokenizer,
-                                trainer_state=state, d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states)
+                                trainer_state=state, d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states,
+                                export_dtype=export)
     if d.is_main and not cfg.progress:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         print(f"checkpoint {path.name}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
@@ -627,10 +637,22 @@ def save(run_dir, step, model, tokenizer, optimizer, scheduler, loader, builder,
 
 def sync_rollout_weights(sampler, engine_model, model, d: Dist) -> None:
     """Give the rollout engine the current weights: HF on one process shares the module (nothing to copy);
-    HF on several ranks loads the gathered full state dict into its copy; vLLM gets the weights pushed."""
+    HF on several ranks overwrites its compute-dtype copy one gathered tensor at a time
+    (``trainer.fsdp.copy_full_weights``: one full tensor in flight, never a state dict); vLLM gets the weights
+    pushed, also one tensor at a time."""
     if engine_model is not model:
-        engine_model.load_state_dict(full_model_state_dict(model, d))
+        copy_full_weights(engine_model, model)
     sampler.update_weights(engine_model)
+
+
+def sync_check_metrics(sampler) -> dict:
+    """The vLLM engine's account of this step's sync (``VLLMSampler.last_update``): the tensors read back and found
+    bit-exact, and the probe's log-prob gap between engine and trainer (a metric only: bf16 kernels differ)."""
+    update = getattr(sampler, "last_update", None) or {}
+    if "tensors_checked" not in update:   # the HF engine: it samples from the module itself
+        return {}
+    return {"rollout/sync_tensors_checked": update["tensors_checked"],
+            "rollout/sync_logp_gap_max": update["probe_logp_diff_max"]}
 
 
 def _gather_records(records: dict, d: Dist) -> dict:
@@ -703,8 +725,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world_size))
     try:
         run_dir = train(cfg, d)
-    except ckpt.CheckpointError as exc:   # bad input (checkpoint, run directory): a message, not a traceback
-        print(f"error{f' (rank {d.rank})' if d.enabled else ''}: {exc}", file=sys.stderr)
+    except (ckpt.CheckpointError, ModelSourceError) as exc:   # bad input (checkpoint, run directory, model): a
+        print(f"error{f' (rank {d.rank})' if d.enabled else ''}: {exc}", file=sys.stderr)   # message, no traceback
         return 2
     finally:
         shutdown(d)
