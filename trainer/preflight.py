@@ -249,7 +249,17 @@ def check_model(cfg: Config) -> Check:
             return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
                                           f"model directory")
         return Check("model", "ok", f"local model directory '{cfg.model}'")
-    return Check("model", "skip", f"'{cfg.model}' is not a local directory: it will be read from the hub at run time")
+    from inference.hub import ModelSourceError, is_hub_id, offline, resolve_model
+    if not is_hub_id(cfg.model):
+        return Check("model", "fail", f"model={cfg.model}: no such model folder (and not a hub id of the form owner/name)")
+    try:
+        src = resolve_model(cfg.model, what="model=", download=False)   # the cache only: a dry run downloads nothing
+    except ModelSourceError as exc:
+        if offline():   # a launch here would stop at start-up: say so, without failing an offline config check
+            return Check("model", "skip", f"{exc} (a launch with HF_HUB_OFFLINE=1 would stop here)")
+        return Check("model", "skip", f"hub id '{cfg.model}' is not in the local cache: local rank 0 of each node "
+                                      f"downloads it at start-up, before the ranks wait for each other")
+    return Check("model", "ok", f"hub id '{cfg.model}' is cached: snapshot {src.revision} ({src.path})")
 
 
 # ---------------------------------------------------------------------------------------------------- packages
