@@ -89,3 +89,9 @@ def test_the_memory_page_shows_the_plan_of_the_presets_as_they_are():
     page = (REPO / "docs" / "gpu_memory.md").read_text()
     assert BEGIN in page and END in page
     assert page[page.index(BEGIN):page.index(END) + len(END)] == render()
+    # what the page's prose says of the table
+    from benchmarks.gpu_plan import PRESETS, plan
+    plans = {k: plan(v) for k, v in PRESETS.items()}
+    card = plans["7B"]["card"]
+    assert all(p["generation"] < card and p["update_peak"] < card for p in plans.values())   # sleep on: both fit
+    assert plans["7B"]["sleep_off"] > card and card - 2 < plans["4B"]["sleep_off"]          # sleep off: they do not
