@@ -129,7 +129,7 @@ def render() -> str:
         ("head gradient, bf16, held until the root reduces", lambda p: f(p["terms"]["head_grad"])),
         ("final norm saves (fp32 + bf16)", lambda p: f(p["terms"]["final_norm"])),
         ("log-prob chunk, 1024 positions (measured on CPU)", lambda p: f(p["terms"]["logit_chunk"])),
-        (f"CUDA context, NCCL, fragmentation (allowance) + asleep engine", lambda p: f(CUDA_OVERHEAD_GB + VLLM_ASLEEP_GB)),
+        ("CUDA context, NCCL, fragmentation (allowance) + asleep engine", lambda p: f(CUDA_OVERHEAD_GB + VLLM_ASLEEP_GB)),
         ("**update phase peak** (engine asleep)", lambda p: f"**{p['update_peak']:.1f} GB** (at the {p['update_peak_at']})"),
         ("`vllm_gpu_memory_utilization` × 85.5 GB", lambda p: f"{p['util']:g} → {p['share']:.1f} GB"),
         ("vLLM weights (bf16)", lambda p: f(p["vllm_weights"])),

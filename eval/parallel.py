@@ -58,8 +58,8 @@ class Job:
     max_new_tokens: int
     temperature: float
     top_p: float
-    seed: int
-    seeds: tuple[int, ...] | None = None   # one per prompt (``Sampler.generate(seeds=...)``); then seed is unused
+    seed: int | None = None                # one for the whole call (a row's draws then depend on its chunk) ...
+    seeds: tuple[int, ...] | None = None   # ... or one per prompt (``Sampler.generate(seeds=...)``; eval.run's)
 
 
 def build_sampler(spec: EngineSpec):

@@ -400,8 +400,6 @@ def _generate_and_grade(gen, tokenizer, name: str, work, *, seed: int, pool, chu
         jobs = (Job(key=k, prompts=[x for x in ids[a:a + per_chunk] for _ in range(n)],
                     max_new_tokens=settings["max_tokens"], temperature=settings["temperature"],
                     top_p=settings["top_p"],
-                    seed=zlib.crc32(f"{seed}:{bench.name}:{todo[a].id}:{todo[min(a + per_chunk, len(todo)) - 1].id}"
-                                    .encode()),
                     # sample j of a problem: its own seed, whatever chunk or engine process draws it
                     seeds=tuple(zlib.crc32(f"{seed}:{bench.name}:{p.id}:{j}".encode())
                                 for p in todo[a:a + per_chunk] for j in range(n)))
