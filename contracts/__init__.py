@@ -1,5 +1,8 @@
-"""Contracts: what the trainer, ``eval`` and ``tsanalysis`` pass each other, owned by none of them.
+"""Contracts: what the trainer, ``eval``, ``tsanalysis`` and the demo pass each other, owned by none of them.
 
-``records`` is the run-record schema (written by the trainer, read by ``tsanalysis`` and ``figures``), ``passk`` the
-pass@k and bootstrap estimators, ``jsonl`` the one streamed JSONL reader. numpy and pyarrow only.
+``records`` is the run-record schema (written by the trainer, read by ``tsanalysis`` and ``figures``); ``passk`` the
+pass@k and bootstrap estimators, the one k-grid and pass@k table; ``jsonl`` the one streamed JSONL reader; ``files``
+atomic writes; ``settings`` the "written with other settings" check of every resumable output; ``config`` the typed
+config dataclass machinery (``Literal`` choices, YAML presets, ``key=value`` overrides). numpy, pyarrow and PyYAML
+only.
 """

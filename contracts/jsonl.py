@@ -26,3 +26,8 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             yield lineno, row
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Every object of a JSONL file (``iter_jsonl``'s errors: FILE:LINE)."""
+    return [row for _, row in iter_jsonl(path)]

@@ -1,4 +1,4 @@
-"""pass@k, avg@n and bootstrap intervals (pure numpy).
+"""pass@k, avg@n and bootstrap intervals (pure numpy): the one k-grid (`k_grid`) and pass@k table (`summarize`).
 
 pass@k uses the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)``, in its numerically
 stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``. Intervals are percentile bootstraps over problems
@@ -11,7 +11,23 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "pass_at_k_curve"]
+__all__ = ["k_grid", "pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "pass_at_k_curve", "summarize",
+           "N_BOOT", "SEED"]
+
+N_BOOT = 2000   # bootstrap resamples
+SEED = 0        # bootstrap seed (fixed: intervals are reproducible)
+
+
+def k_grid(n: int, *, with_n: bool = True) -> list[int]:
+    """The k of every pass@k table: 1, 2, 4, ... up to ``n``, and ``n`` itself when it is not a power of two
+    (``with_n``: pass@n is reported; the estimator is undefined beyond n)."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if with_n and n >= 1 and ks[-1] != n:
+        ks.append(n)
+    return ks
 
 
 def pass_at_k(n, c, k: int) -> np.ndarray:
@@ -86,11 +102,28 @@ def paired_bootstrap(a, b, *, n_boot: int = 2000, alpha: float = 0.05, seed: int
 
 
 def pass_at_k_curve(n, c, ks=None) -> dict[int, np.ndarray]:
-    """pass@k per problem for k = 1, 2, 4, ... up to min(n) (or the given ks)."""
+    """pass@k per problem for each k of ``k_grid(min(n))`` (or the given ks)."""
     n = np.asarray(n, dtype=np.int64)
-    if ks is None:
-        ks, k = [], 1
-        while k <= int(n.min()):
-            ks.append(k)
-            k *= 2
+    ks = k_grid(int(n.min())) if ks is None else ks
     return {int(k): pass_at_k(n, c, int(k)) for k in ks}
+
+
+def summarize(n, c, *, ks=None, n_boot: int = N_BOOT, seed: int = SEED) -> dict:
+    """The pass@k table of one model: avg@n and pass@k with 95 % bootstrap intervals over problems.
+
+    n, c: per-problem sample and correct counts, shape [P]. Returns ``{"problems", "n_min", "n_max", "avg",
+    "avg_ci": (lo, hi), "pass": {k: (est, lo, hi)}}``. ks default to ``k_grid(min(n))``; any k > min(n)
+    raises ValueError (pass@k needs k samples of every problem).
+    """
+    n = np.asarray(n, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    if n.size == 0:
+        raise ValueError("no problems to score")
+    ks = k_grid(int(n.min())) if ks is None else list(ks)
+    avg, lo, hi = bootstrap_ci(avg_at_n(n, c), n_boot=n_boot, seed=seed)
+    passes = {}
+    for k in ks:
+        est, plo, phi = bootstrap_ci(pass_at_k(n, c, int(k)), n_boot=n_boot, seed=seed)
+        passes[int(k)] = (est, plo, phi)
+    return {"problems": int(n.size), "n_min": int(n.min()), "n_max": int(n.max()), "avg": avg, "avg_ci": (lo, hi),
+            "pass": passes}

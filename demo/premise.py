@@ -52,7 +52,7 @@ from contracts.passk import bootstrap_ci, paired_bootstrap, pass_at_k
 from demo.miniature import t_interval
 from demo.pipeline import (REPO, DemoError, RunSpec, Timings, _seeded, auto_threads, machine, read_metrics,
                            run_config, train_run)
-from eval.metrics import default_ks
+from contracts.passk import k_grid
 from tsanalysis.io import atomic_write_text
 
 Log = Callable[[str], None]
@@ -466,7 +466,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     tdir = out / "tables"
     tdir.mkdir(parents=True, exist_ok=True)
     root = out / "eval"
-    ks = default_ks(b.eval_n)
+    ks = k_grid(b.eval_n)
     nsol = {r["id"]: r["n_solutions"] for r in map(json.loads, (out / "data" / "heldout.jsonl").read_text().splitlines())}
 
     def model(name):

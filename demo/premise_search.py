@@ -22,7 +22,7 @@ from pathlib import Path
 
 from demo.premise import (PREMISE, PremiseBudget, checkpoint, distinct_correct, evaluate, make_data,
                           per_problem, read_eval, rl_config, train_run, warmup)
-from eval.metrics import default_ks
+from contracts.passk import k_grid
 
 # name -> (budget overrides, RL checkpoints scored); the order is the order the search ran them in
 POINTS: dict[str, tuple[dict, tuple[int, ...]]] = {
@@ -60,7 +60,7 @@ def run_point(name: str, over: dict, steps: tuple[int, ...], *, out: Path, log=p
     t2 = time.perf_counter()
     evaluate(models, b, heldout=data["heldout"], root=out / "eval", n=b.eval_n, log=log)
     t_eval = time.perf_counter() - t2
-    ks = default_ks(b.eval_n)
+    ks = k_grid(b.eval_n)
     res = {"name": name, "over": over, "steps": list(steps), "warmup": wsum, "models": {},
            "wall_s": {"warmup_and_data": t_warm, "train": t_train, "eval": t_eval}}
     for label, _ in models:

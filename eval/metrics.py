@@ -12,12 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from contracts.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k
+from contracts.passk import N_BOOT, SEED, avg_at_n, k_grid, paired_bootstrap, pass_at_k, summarize
 
-__all__ = ["counts", "default_ks", "summarize", "compare", "N_BOOT", "SEED"]
-
-N_BOOT = 2000   # bootstrap resamples
-SEED = 0        # bootstrap seed (fixed: intervals are reproducible)
+__all__ = ["counts", "k_grid", "summarize", "compare", "N_BOOT", "SEED"]   # k_grid, summarize: contracts.passk
 
 
 def counts(rows: Sequence[dict]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -26,38 +23,6 @@ def counts(rows: Sequence[dict]) -> tuple[list[str], np.ndarray, np.ndarray]:
     n = np.array([len(r["correct"]) for r in rows], dtype=np.int64)
     c = np.array([sum(bool(x) for x in r["correct"]) for r in rows], dtype=np.int64)
     return ids, n, c
-
-
-def default_ks(n_min: int) -> list[int]:
-    """1, 2, 4, ... up to ``n_min``, plus ``n_min`` itself when it is not a power of two (pass@n is reported)."""
-    ks, k = [], 1
-    while k <= n_min:
-        ks.append(k)
-        k *= 2
-    if n_min >= 1 and ks[-1] != n_min:
-        ks.append(n_min)
-    return ks
-
-
-def summarize(n, c, *, ks: Sequence[int] | None = None, n_boot: int = N_BOOT, seed: int = SEED) -> dict:
-    """avg@n and pass@k with 95 % bootstrap intervals over problems.
-
-    n, c: per-problem sample and correct counts, shape [P]. Returns ``{"problems", "n_min", "n_max", "avg",
-    "avg_ci": (lo, hi), "pass": {k: (est, lo, hi)}}``. ks default to ``default_ks(min(n))``; any k > min(n)
-    raises ValueError (pass@k needs k samples of every problem).
-    """
-    n = np.asarray(n, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    if n.size == 0:
-        raise ValueError("no problems to score")
-    ks = default_ks(int(n.min())) if ks is None else list(ks)
-    avg, lo, hi = bootstrap_ci(avg_at_n(n, c), n_boot=n_boot, seed=seed)
-    passes = {}
-    for k in ks:
-        est, plo, phi = bootstrap_ci(pass_at_k(n, c, int(k)), n_boot=n_boot, seed=seed)
-        passes[int(k)] = (est, plo, phi)
-    return {"problems": int(n.size), "n_min": int(n.min()), "n_max": int(n.max()), "avg": avg, "avg_ci": (lo, hi),
-            "pass": passes}
 
 
 def compare(rows_a: Sequence[dict], rows_b: Sequence[dict], *, k: int | None = None, n_boot: int = N_BOOT,

@@ -17,7 +17,8 @@ from eval import run
 from eval.benchmarks import get_benchmark
 from inference.tiny import save_tiny
 from eval.leaderboard import build_leaderboard, lm_eval_entries, render_markdown, write_leaderboard
-from eval.metrics import compare, default_ks, summarize
+from contracts.passk import k_grid
+from eval.metrics import compare, summarize
 from eval.samples import read_samples, repair
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -52,7 +53,7 @@ def test_summarize_hand_numbers_and_refusal():
     assert summarize([4, 4, 4], [0, 2, 4])["avg_ci"] == (lo, hi)       # fixed seed: reproducible
     with pytest.raises(ValueError, match="pass@5 needs at least 5 samples"):
         summarize([4, 4], [1, 2], ks=[5])
-    assert default_ks(32) == [1, 2, 4, 8, 16, 32] and default_ks(6) == [1, 2, 4, 6]
+    assert k_grid(32) == [1, 2, 4, 8, 16, 32] and k_grid(6) == [1, 2, 4, 6]
 
 
 def test_paired_comparison():

@@ -22,7 +22,7 @@ from contracts.passk import pass_at_k
 from demo.pipeline import DemoError
 from demo.premise import (TOY, canonical_solution, crossover_k, crossover_table, distinct_correct,
                           passk_matrix, prepare_out, run_premise)
-from eval.metrics import default_ks
+from contracts.passk import k_grid
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -40,14 +40,14 @@ def test_unbiased_pass_at_k_equals_the_brute_force_subset_average(n, c):
     correct = [True] * c + [False] * (n - c)
     for k in range(1, n + 1):
         assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(correct, k), abs=1e-12)
-    m = passk_matrix(np.array([n, n]), np.array([c, 0]), default_ks(n))
-    assert m.shape == (2, len(default_ks(n)))
+    m = passk_matrix(np.array([n, n]), np.array([c, 0]), k_grid(n))
+    assert m.shape == (2, len(k_grid(n)))
     assert np.all(np.diff(m[0]) >= -1e-12) and np.all(m[1] == 0)   # monotone in k
 
 
 def test_passk_grid():
-    assert default_ks(64) == [1, 2, 4, 8, 16, 32, 64]
-    assert default_ks(12) == [1, 2, 4, 8, 12]
+    assert k_grid(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert k_grid(12) == [1, 2, 4, 8, 12]
 
 
 def test_crossover_on_hand_made_curves():
@@ -130,7 +130,7 @@ def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
 
     out, _, _, _ = toy
     curves = pd.read_csv(out / "tables" / "passk_curves.csv")
-    ks = default_ks(TOY.eval_n)
+    ks = k_grid(TOY.eval_n)
     for model, folder in (("warmup", "warmup"), ("early", "early"), ("final", "onpolicy-seed0")):
         rows = read_samples(out / "eval" / folder / "countdown.jsonl")
         assert len(rows) == TOY.heldout and all(len(r["correct"]) == TOY.eval_n for r in rows)

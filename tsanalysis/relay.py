@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from contracts.passk import bootstrap_ci, paired_bootstrap, pass_at_k
+from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
 
 from . import io
 from .errors import RelayError
@@ -100,14 +100,6 @@ def derive_seed(seed: int, *parts: str) -> int:
     return int(h[:8], 16) & 0x7FFFFFFF
 
 
-def _ks(n: int) -> list[int]:
-    ks, k = [], 1
-    while k <= n:
-        ks.append(k)
-        k *= 2
-    return ks if ks[-1] == n else ks + [n]
-
-
 def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """pass@k for k = 1, 2, 4, …, n of early-only, relay and final-only, and relay − final with paired intervals.
 
@@ -118,7 +110,7 @@ def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -
     """
     n = np.asarray(n, dtype=np.int64)
     rows = []
-    for k in _ks(int(n.min())):
+    for k in k_grid(int(n.min())):
         pk = {name: pass_at_k(n, c, k) for name, c in (("early", early), ("relay", relay), ("final", final))}
         row = {"k": k, "problems": int(n.size)}
         for name, v in pk.items():
