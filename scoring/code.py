@@ -12,7 +12,7 @@ whole response (thinking included); nothing when there are fewer than two (``no_
 older, lenient reader (last python-tagged block after ``</think>``, else the whole response) the trainer's code
 reward and HumanEval use.
 
-**Execution** (``harness="lcb"``, the default; ``scoring/_sandbox_child.py`` has the harness): all tests of a
+**Execution** (``harness="lcb"``, the default; ``scoring/sandbox/harness_lcb.py`` has the harness): all tests of a
 response run in ONE sandboxed process, in order, as lcb_runner runs them in its process:
 
 - stdin programs: a final ``if __name__ == '__main__':`` block is unwrapped; top-level imports stay at module
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
+from scoring.limits import CODE_LIMITS
 from scoring.verdict import Verdict
 from scoring.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases, run_harness
 
@@ -200,7 +201,7 @@ def _failure(r: RunResult) -> str:
 
 
 def grade_code(program: str, tests: Sequence[CodeTest | Mapping[str, str]], *, kind: str,
-               fn_name: str | None = None, timeout_s: float = 6.0, memory_mb: int = 1024,
+               fn_name: str | None = None, timeout_s: float = CODE_LIMITS.test_s, memory_mb: int = 1024,
                prelude: str = LCB_IMPORT_PRELUDE, abs_tol: float = 0.0, rel_tol: float = 0.0,
                max_output_bytes: int | None = None, require_isolation: bool | None = None,
                harness: str = "lcb", match: str = "lcb") -> Verdict:
@@ -353,7 +354,8 @@ def _grade_script(program, tests, *, kind, fn_name, timeout_s, memory_mb, prelud
 
 
 
-def grade_assert_script(program: str, test_code: str, *, prelude: str = "", timeout_s: float = 30.0,
+def grade_assert_script(program: str, test_code: str, *, prelude: str = "",
+                        timeout_s: float = CODE_LIMITS.assert_script_s,
                         memory_mb: int = 1024, require_isolation: bool | None = None) -> Verdict:
     """Run ``program`` followed by ``test_code`` (assertions, a test driver) as one script in the sandbox: ``pass``
     iff it exits 0 within ``timeout_s``. This is how LeetCode-style training data checks a solution (rllm's

@@ -3,8 +3,8 @@
 math-verify's own timeout uses SIGALRM (main thread only) and sympy can hang for minutes on hostile answers
 (``9^{9^{9^{9}}}``). ``WorkerPool`` hands one item at a time to each worker process over a pipe; when an item
 runs past ``timeout`` seconds its worker is killed (SIGKILL) and replaced, and the item's result is
-``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"`` (the
-verdict functions below turn that into ``grader_error``, never a score).
+``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``
+(``scoring.grading.grade_batch`` turns both into the item's ungraded verdict, never a score).
 
 Workers start from a ``forkserver`` (default) or ``spawn`` context — never ``fork``, which would copy a parent
 holding CUDA state or threads. The function must be importable by reference (a module-level function).
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
 
+from scoring.math import grade_math
+from scoring.qwen import grade_qwen
 from scoring.verdict import Verdict
 
-__all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "grade_math_batch", "grade_math_many", "math_item",
-           "qwen_item"]
+__all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "math_item", "qwen_item", "qwen_verdict"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,6 @@ class _MainWithoutFile:
     before their first item (every item then came back ``error``); without a path they skip it."""
 
     def __enter__(self):
-        import sys
         self.main = sys.modules.get("__main__")
         self.file = getattr(self.main, "__file__", None)
         if self.file is not None and not os.path.isfile(self.file):
@@ -209,7 +210,6 @@ def apply(fn: Callable, *args):
 
 def math_item(response: str, gold, multiple_answer: bool = False, unit: str | None = None) -> Verdict:
     """math-verify grading of one response, with math-verify's SIGALRM timeout off (the pool bounds time)."""
-    from scoring.math import grade_math
     return grade_math(response, gold, multiple_answer=multiple_answer, unit=unit, timeout=None)
 
 
@@ -218,60 +218,12 @@ def qwen_item(response: str, gold, multiple_answer: bool = False, unit: str | No
     """The Qwen-style cross-check of one response (``scoring.qwen.grade_qwen``). ``multiple_answer`` is accepted
     for symmetry with ``math_item`` and ignored (Qwen compares lists in order); ``benchmark="minerva"`` keeps unit
     words, as Qwen's harness does for Minerva."""
-    from scoring.qwen import grade_qwen
     return grade_qwen(response, gold, unit=unit, skip_unit=benchmark == "minerva")
 
 
-def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, workers: int | None = None,
-                    timeout: float = 10.0, progress: bool = False) -> tuple[list[Verdict], dict]:
-    """Grade ``(response, gold, multiple_answer, unit)`` tuples with math-verify in a pool.
-
-    Returns (verdicts, counts) where counts = {"timeout": k, "error": m}. A timed-out item gets
-    ``Verdict(False, "timeout", <extracted answer>)``; an item whose grading raised, or whose worker died, gets
-    ``Verdict(False, "grader_error", <extracted answer>)`` with the error in ``detail``: the grader failed, the
-    answer was not graded (never a wrong answer).
-    """
-    from scoring.math import extract_answer
-    own = pool is None
-    pool = pool or WorkerPool(math_item, workers=workers, timeout=timeout)
-    try:
-        res = pool.map(items, progress=progress, desc="math-verify")
-    finally:
-        if own:
-            pool.close()
-    verdicts, counts = [], {"timeout": 0, "error": 0}
-    for item, r in zip(items, res):
-        if r.status == "ok":
-            verdicts.append(r.value)
-        else:
-            counts[r.status] += 1
-            verdict = "timeout" if r.status == "timeout" else "grader_error"
-            verdicts.append(Verdict(False, verdict, extract_answer(item[0]), r.detail))
-    return verdicts, counts
-
-
-_SHARED: WorkerPool | None = None
-
-
-def _shared_pool(timeout: float, workers: int | None) -> WorkerPool:
-    """A module-level math pool reused across calls (the trainer grades every step); closed at exit."""
-    global _SHARED
-    if _SHARED is None or _SHARED.timeout != float(timeout) or (workers and _SHARED.n_workers != workers):
-        if _SHARED is not None:
-            _SHARED.close()
-        _SHARED = WorkerPool(math_item, workers=workers, timeout=timeout)
-        import atexit
-        atexit.register(_SHARED.close)
-    return _SHARED
-
-
-def grade_math_batch(responses: Sequence[str], golds: Sequence, *, timeout: float = 10.0,
-                     workers: int | None = None) -> list[Verdict]:
-    """math-verify verdicts for parallel lists of responses and gold answers (the trainer's math reward).
-
-    Uses a pool kept alive between calls, so worker start-up is paid once per process."""
-    if len(responses) != len(golds):
-        raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
-    verdicts, _ = grade_math_many([(r, g, False, None) for r, g in zip(responses, golds)],
-                                  pool=_shared_pool(timeout, workers))
-    return verdicts
+def qwen_verdict(response: str, gold, multiple_answer: bool = False, unit: str | None = None,
+                 benchmark: str | None = None) -> Verdict:
+    """``qwen_item`` as a verdict (``pass`` / ``wrong_answer``), for ``scoring.grading.grade_batch``: eval's
+    cross-check runs beside math-verify in one pool, and a failed cross-check comes back ungraded."""
+    ok = qwen_item(response, gold, multiple_answer, unit, benchmark)
+    return Verdict(bool(ok), "pass" if ok else "wrong_answer")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import humaneval as he
+from eval.benchmarks import evalplus_plus as ep, humaneval as he
 from eval.benchmarks import livecodebench as lcb
 from scoring.code import CodeTest, extract_code, grade_code, stdout_matches
 from scoring.sandbox import isolation, run_many, run_program
@@ -276,8 +276,8 @@ def test_humaneval_completion_styles(humaneval):
     for name, response in styles.items():
         assert he.grade(response, p).correct, name
     assert not he.grade("```python\ndef has_close_elements(numbers, threshold):\n    return True\n```", p).correct
-    assert he.BENCHMARK.name == "humaneval" and he.HUMANEVAL_PLUS.name == "humaneval_plus"
-    assert he.MBPP_PLUS.name == "mbpp_plus"
+    assert he.BENCHMARK.name == "humaneval" and ep.HUMANEVAL_PLUS.name == "humaneval_plus"
+    assert ep.MBPP_PLUS.name == "mbpp_plus"
 
 
 def test_humaneval_data_location(monkeypatch, tmp_path, shared_data):

@@ -11,7 +11,7 @@ import pytest
 import evalplus  # noqa: E402  (make install brings it: these tests never skip)
 
 from eval import run  # noqa: E402
-from eval.benchmarks import humaneval as he  # noqa: E402
+from eval.benchmarks import evalplus_plus as ep  # noqa: E402
 from eval.samples import read_samples  # noqa: E402
 from scoring.sandbox import encode_tagged, run_harness, run_many  # noqa: E402
 
@@ -24,12 +24,12 @@ FIND_ZERO_BROKEN = evalplus.__version__ == "0.3.1"
 
 @pytest.fixture(scope="module")
 def humaneval_plus():
-    return {p.id: p for p in he.load_plus_humaneval(HE_FILE)}
+    return {p.id: p for p in ep.load_plus_humaneval(HE_FILE)}
 
 
 @pytest.fixture(scope="module")
 def mbpp_plus():
-    return {p.id: p for p in he.load_plus_mbpp(MBPP_FILE)}
+    return {p.id: p for p in ep.load_plus_mbpp(MBPP_FILE)}
 
 
 def test_loading_is_evalplus_own(humaneval_plus, mbpp_plus):
@@ -45,7 +45,7 @@ def test_loading_is_evalplus_own(humaneval_plus, mbpp_plus):
     src = humaneval_plus["HumanEval/2"].meta["source"]
     assert src == {"loader": f"evalplus {evalplus.__version__}", "dataset": "HumanEvalPlus", "path": str(HE_FILE),
                    "release": None, "md5": hashlib.md5(HE_FILE.read_bytes()).hexdigest(), "tasks": 5}
-    assert he.describe_plus(list(mbpp_plus.values()))["dataset"] == "MbppPlus"
+    assert ep.describe_plus(list(mbpp_plus.values()))["dataset"] == "MbppPlus"
 
 
 def test_bad_files_name_file_and_line(tmp_path):
@@ -53,29 +53,29 @@ def test_bad_files_name_file_and_line(tmp_path):
     bad = tmp_path / "MbppPlus.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1]) + "\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(ValueError, match=r"MbppPlus\.jsonl:3: duplicate task_id 'Mbpp/2' \(first on line 1\)"):
-        he.load_plus_mbpp(bad)
+        ep.load_plus_mbpp(bad)
     bad.write_text(json.dumps({k: v for k, v in rows[0].items() if k != "contract"}) + "\n")
     with pytest.raises(ValueError, match=r"MbppPlus\.jsonl:1: missing field\(s\) \['contract'\]"):
-        he.load_plus_mbpp(bad)
+        ep.load_plus_mbpp(bad)
     bad.write_text(json.dumps(dict(rows[0], plus_input=[1, 2])) + "\n")
     with pytest.raises(ValueError, match=r"MbppPlus\.jsonl:1 \(Mbpp/2\): malformed field\(s\) \['plus_input'\]"):
-        he.load_plus_mbpp(bad)
+        ep.load_plus_mbpp(bad)
     bad.write_text(json.dumps(rows[0]) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"MbppPlus\.jsonl:2: malformed JSON line"):
-        he.load_plus_mbpp(bad)
+        ep.load_plus_mbpp(bad)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        he.load_plus_humaneval(tmp_path / "nope.jsonl")
+        ep.load_plus_humaneval(tmp_path / "nope.jsonl")
 
 
 def test_expected_outputs_like_get_groundtruth(humaneval_plus, mbpp_plus):
-    e = he.expected_outputs(mbpp_plus["Mbpp/106"])
+    e = ep.expected_outputs(mbpp_plus["Mbpp/106"])
     assert e["base"] == [(9, 10, 5, 6, 7), (10, 11, 6, 7, 8)] and e["plus"] == [(2, 3, 4, 1), (0,)]
     assert len(e["base_time"]) == 2 and all(t >= 0 for t in e["base_time"])
-    assert he.expected_outputs(mbpp_plus["Mbpp/787"])["base"] == [False, False, True]   # out is not None
-    assert he.expected_outputs(humaneval_plus["HumanEval/13"])["plus"] == [25, 7, 5, 2]
-    with pytest.raises(he.GroundTruthError, match=r"HumanEval/900: the canonical solution raised on plus input 1 "
+    assert ep.expected_outputs(mbpp_plus["Mbpp/787"])["base"] == [False, False, True]   # out is not None
+    assert ep.expected_outputs(humaneval_plus["HumanEval/13"])["plus"] == [25, 7, 5, 2]
+    with pytest.raises(ep.GroundTruthError, match=r"HumanEval/900: the canonical solution raised on plus input 1 "
                                                   r"of 1: ZeroDivisionError"):
-        he.expected_outputs(humaneval_plus["HumanEval/900"])
+        ep.expected_outputs(humaneval_plus["HumanEval/900"])
     # without EvalPlus's deserialisation the canonical solution of Mbpp/106 raises (list + tuple): why MBPP+ runs
     # stopped before
     raw = [json.loads(line) for line in MBPP_FILE.read_text().splitlines()][1]["base_input"]
@@ -128,7 +128,7 @@ CASES = [
 
 def test_verdicts_are_evalplus(humaneval_plus, mbpp_plus):
     problems = {**humaneval_plus, **mbpp_plus}
-    verdicts = run_many([functools.partial(he.grade_plus, r, problems[pid]) for pid, r, _ in CASES], workers=2)
+    verdicts = run_many([functools.partial(ep.grade_plus, r, problems[pid]) for pid, r, _ in CASES], workers=2)
     got = [(pid, v.verdict) for (pid, _, _), v in zip(CASES, verdicts)]
     assert got == [(pid, want) for pid, _, want in CASES], [
         (c[0], c[1][-60:], v) for c, v in zip(CASES, verdicts) if v.verdict != c[2]]

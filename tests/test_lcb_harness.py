@@ -1,4 +1,4 @@
-"""The lcb_runner-compatible harness (scoring/_sandbox_child.py, grade_code(harness="lcb")) against programs that
+"""The lcb_runner-compatible harness (scoring/sandbox/harness_lcb.py, grade_code(harness="lcb")) against programs that
 attack it: the harness runs in the program's process, so nothing it writes may turn into a pass or a grader error."""
 
 import time

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scoring import sandbox as sb
+from scoring.sandbox import host   # the grader's side: its launch and probing internals
 from scoring.code import grade_code
 
 ISO = sb.isolation()
@@ -150,7 +151,7 @@ def test_status_classification():
     assert sb.run_program("raise SystemExit(0)").status == "ok"
     r = sb.run_program("1/0")
     assert r.status == "runtime_error" and r.exit_code == 1 and "ZeroDivisionError" in r.stderr
-    assert "_sandbox_child" not in r.stderr   # the traceback shows the program's frames only
+    assert "runner.py" not in r.stderr and "scoring" not in r.stderr   # the traceback shows the program's frames only
     assert sb.run_program("x = (").status == "runtime_error"
 
 
@@ -327,21 +328,21 @@ def test_faking_a_pass_does_not_pass():
 # ------------------------------------------------------------------------------------------- infrastructure
 
 def test_infrastructure_failures_raise(monkeypatch):
-    monkeypatch.setattr(sb, "CHILD", "/nonexistent/runner.py")
+    monkeypatch.setattr(host, "CHILD", "/nonexistent/runner.py")
     with pytest.raises(sb.SandboxError, match="without reporting"):
         sb.run_program("print(1)")
 
 
 @full
 def test_a_broken_jail_raises_instead_of_scoring(monkeypatch):
-    bad = dict(sb._JAIL, ro_dirs=sb._JAIL["ro_dirs"] + ["/nonexistent-dir-for-the-jail"])
-    monkeypatch.setattr(sb, "_JAIL", bad)
+    bad = dict(host._JAIL, ro_dirs=host._JAIL["ro_dirs"] + ["/nonexistent-dir-for-the-jail"])
+    monkeypatch.setattr(host, "_JAIL", bad)
     with pytest.raises(sb.SandboxError, match="sandbox setup failed"):
         sb.run_program("print(1)")
 
 
 def test_require_isolation(monkeypatch):
-    monkeypatch.setattr(sb, "_ISOLATION", dataclasses.replace(ISO, namespaces=False, reason="test"))
+    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(ISO, namespaces=False, reason="test"))
     with pytest.raises(sb.SandboxError, match="full isolation required"):
         sb.run_program("print(1)", require_isolation=True)
 
@@ -351,18 +352,18 @@ def test_degraded_mode_still_limits_and_kills_detached_children(tmp_path):
     environment, and the pids cgroup / process group to kill what the program left behind."""
     if os.geteuid() != 0:
         pytest.skip("the degraded mode is the normal mode here")
-    iso = sb.Isolation(False, None, sb._pids_cgroup_root(), "test: namespaces off")
+    iso = sb.Isolation(False, None, host._pids_cgroup_root(), "test: namespaces off")
     late = tmp_path / "late.txt"
     kw = dict(cases=[b""], mode="stdin", fn_name=None, prelude="", memory_mb=256, max_output_bytes=1 << 16,
               nproc=16, disk_mb=4, python_path=(), on_case=None)
-    [r] = sb._execute(iso, source="while True: pass", timeout_s=1.0, **kw)
+    [r] = host._execute(iso, source="while True: pass", timeout_s=1.0, **kw)
     assert r.status == "time_limit" and not r.isolated
     daemon = (f"import os, time\n"
               f"if os.fork() == 0:\n    os.setsid()\n"
               f"    if os.fork() == 0:\n        time.sleep(1.0)\n        open({str(late)!r}, 'w').write('x')\n"
               f"    os._exit(0)\n"
               f"print(os.getcwd())\n")
-    [r] = sb._execute(iso, source=daemon, timeout_s=5.0, **kw)
+    [r] = host._execute(iso, source=daemon, timeout_s=5.0, **kw)
     assert r.status == "ok" and r.stdout.startswith(os.path.join(tempfile.gettempdir(), "ts-sandbox-"))
     time.sleep(1.5)
     if iso.cgroup is None:

@@ -7,7 +7,8 @@ whose module or dependencies are missing only fails when it is asked for.
 |---|---|---|
 | aime24, aime25, amc23, math500, minerva, olympiadbench | ``eval.benchmarks.<name>`` | math |
 | livecodebench | ``eval.benchmarks.livecodebench`` | code |
-| humaneval, humaneval_plus, mbpp_plus | ``eval.benchmarks.humaneval`` | code |
+| humaneval | ``eval.benchmarks.humaneval`` | code |
+| humaneval_plus, mbpp_plus | ``eval.benchmarks.evalplus_plus`` (EvalPlus's sets) | code |
 | addition, countdown | ``eval.benchmarks.tasks`` (the trainer's embedded tasks) | task |
 | minicode | ``eval.benchmarks.tasks`` (the embedded code task, graded in the sandbox) | code |
 """
@@ -30,8 +31,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "olympiadbench": ("eval.benchmarks.olympiadbench", "BENCHMARK"),
     "livecodebench": ("eval.benchmarks.livecodebench", "BENCHMARK"),
     "humaneval": ("eval.benchmarks.humaneval", "BENCHMARK"),
-    "humaneval_plus": ("eval.benchmarks.humaneval", "HUMANEVAL_PLUS"),
-    "mbpp_plus": ("eval.benchmarks.humaneval", "MBPP_PLUS"),
+    "humaneval_plus": ("eval.benchmarks.evalplus_plus", "HUMANEVAL_PLUS"),
+    "mbpp_plus": ("eval.benchmarks.evalplus_plus", "MBPP_PLUS"),
     "addition": ("eval.benchmarks.tasks", "ADDITION"),
     "countdown": ("eval.benchmarks.tasks", "COUNTDOWN"),
     "minicode": ("eval.benchmarks.tasks", "MINICODE"),

@@ -42,8 +42,8 @@ tokenizer's chat template (the ``lcb`` template).
 **Grading**: the program lcb_runner would extract (``scoring.code.extract_code_lcb``: the last fenced block,
 whole response searched) runs under lcb_runner's harness in the sandbox (``scoring.code.grade_code``, one process
 for all tests, lcb's stdin mock and shared ``Solution()``) on the public then the private tests, 6 s per test
-(address space capped at 4 GiB), stopping at the first failure. docs/graders.md: agreement with lcb_runner
-and every known difference.
+(address space capped at 4 GiB; both ``scoring.limits.CODE_LIMITS``), stopping at the first failure.
+docs/graders.md: agreement with lcb_runner and every known difference.
 
 **Recorded**: ``python -m eval.run --lcb-release TAG --lcb-start-date D --lcb-end-date D`` select; ``describe``
 is what each result file's settings keep of the data (files, sha256, release, window, ``selection_summary``).
@@ -65,8 +65,8 @@ from pathlib import Path
 from eval.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
-from scoring.templates import (FORMAT_WITH_STARTER, FORMAT_WITHOUT_STARTER, SYSTEM_PROMPT, lcb_question as question_text,
-                               lcb_prompt as render_prompt)
+from scoring.limits import CODE_LIMITS
+from scoring.templates import SYSTEM_PROMPT, lcb_prompt as render_prompt, lcb_question as question_text
 
 __all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
            "tests_of", "question_text", "render_prompt", "selection_summary", "describe", "grade"]
@@ -75,10 +75,6 @@ VERSION = "livecodebench-2"   # 2: lcb_runner's extraction and harness
 DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
-TIMEOUT_S = 6.0   # lcb_runner's default per-test timeout
-# lcb_runner sets no memory limit at all; judges use 256-1024 MB. RLIMIT_AS counts address space, not resident
-# memory, so the cap sits well above that to fail only runaway programs.
-MEMORY_MB = 4096
 
 _FILES = ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"]
 # last month of each release (dataset card); every release starts at 2023-05
@@ -286,7 +282,8 @@ def selection_summary(problems: list[Problem]) -> str:
 
 # --------------------------------------------------------------------------------------------- prompt, grade
 
-def grade(response: str, problem: Problem, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> Verdict:
+def grade(response: str, problem: Problem, *, timeout_s: float = CODE_LIMITS.test_s,
+          memory_mb: int = CODE_LIMITS.memory_mb) -> Verdict:
     """The program lcb_runner would take from the response (``extract_code_lcb``: the last fenced block, the whole
     response searched) on the public then private tests, run under lcb_runner's harness in the sandbox
     (``scoring.code.grade_code``; the first failure stops)."""

@@ -1,69 +1,14 @@
-"""Run model-written programs, which are hostile by assumption, and hand back what they did as data.
+"""The grader's side of the sandbox: probe what isolation this machine gives, launch the trusted runner
+(``runner.py``) for each call, read its reports into ``RunResult`` and clean up whatever the call left.
 
-The sandbox never decides whether a program is right: it returns the program's output (stdin mode) or the JSON
-value a named function returned (function mode), and ``scoring.code`` compares them with the gold.
-
-Isolation, per sandbox call (one call runs one program on one or more test cases)::
-
-    grader (this process)
-      └── unshare --net --pid --mount --ipc --uts --fork --kill-child      new namespaces, no network
-            └── runner (scoring/_sandbox_child.py): ``python -I -S -B``, PID 1 of the new PID namespace, root
-                  builds a jail: a tmpfs over /tmp holding read-only binds of /usr and the standard library,
-                  /dev/null|zero|urandom|random and /etc/ld.so.cache, nothing else of the host (no /work, /home,
-                  /root, no data files, no /proc); tmpfs mounts as working directory (/sandbox), /tmp and
-                  /dev/shm; chroot into it
-                  └── one fresh fork per test case (emptied /sandbox, /tmp, /dev/shm): setgroups([]), uid 65534,
-                        no_new_privs, rlimits CPU/AS/FSIZE/NOFILE/NPROC/CORE, an environment of PATH, LANG,
-                        LC_ALL, HOME, TMPDIR only; runs the program in-process as ``__main__``
-
-- A fresh interpreter per call, never ``exec`` in the grader; every case of the call is a fork of the runner
-  taken before any program code ran (so no state leaks between cases), which costs ~1 ms instead of a new
-  interpreter's ~10-20 ms. An optional ``prelude`` (trusted code from the grader, e.g. LiveCodeBench's import
-  block) runs once in the runner and each case starts from a copy of the names it defined.
-- Wall-clock time limit per case: the runner kills every process of the namespace (``kill(-1)`` from PID 1)
-  at the deadline and after every case, so detached grandchildren (double fork + setsid) never outlive a case.
-  If the grader kills the whole call (a watchdog, or it stops at the first failing case), unshare dies, the
-  runner gets SIGKILL from ``--kill-child`` (it stays root, so that parent-death signal is never cleared), and
-  the kernel kills the rest of the namespace.
-- Fork bombs: ``RLIMIT_NPROC`` stops them; it is enforced because programs are not root. It counts every
-  uid-65534 process and thread on the machine, so it is set to ``nproc`` (default 32) plus the number of calls
-  this grader process has in flight (each holds one uid-65534 case process): a program may start ~``nproc``
-  threads or processes however many calls run at once (another grader process on the same machine still shares
-  the count). The time limit ends them. Memory is limited per process (``RLIMIT_AS``), so a
-  fork bomb that also allocates is bounded by ``nproc * memory_mb``, not by ``memory_mb``: a per-call memory
-  cgroup would bound the total, but attaching a process to a cgroup waits for an RCU grace period (measured
-  ~10-12 ms per call here, doubling the overhead), so cgroups are only the fallback below.
-  Without a PID namespace, a per-call pids cgroup (v1 ``pids`` or v2, ``pids.max = nproc + 2``) caps the call
-  and is how the grader finds and kills what the program left behind.
-- Output: stdout and the function result go to memory files capped by ``RLIMIT_FSIZE`` at
-  ``max_output_bytes + 1``: a program printing forever is stopped at once (Python gets EFBIG, other programs
-  SIGXFSZ) and the status is ``output_limit``. stderr is a pipe the runner drains while the case runs: the first
-  ``max_output_bytes`` are kept, the rest discarded (``stderr_truncated``), and the program goes on.
-- The runner is trusted and reports over a pipe the program never holds; the program's own result channel (fd 3
-  in function mode) carries only data, which the grader parses as JSON and compares itself.
-- Infrastructure failures (cannot spawn, the runner reports a setup failure or dies without reporting) raise
-  ``SandboxError``; they are never scored (``eval.run`` records them as ``grader_error``). Only the runner, which
-  the program never reaches, can produce one: whatever a program does inside its case is a verdict about it.
-- Harnesses (``run_harness``): a case process may instead run a reference grader's harness around the program,
-  all of a problem's tests in that one process (lcb_runner's ``lcb_stdin``/``lcb_call``, EvalPlus's
-  ``evalplus``; ``scoring/_sandbox_child.py``), writing one JSON record per test to fd 3. The records are the
-  program's data (it shares the process and could write them itself), checked by the grader, never a verdict.
-- Packages: ``packages=("numpy",)`` shows an installed package to programs, read-only in the jail (only its own
-  folder and a wheel's ``<name>.libs``); ``preimport`` imports it once in the runner before the cases fork.
-
-What is available is probed once per process (``isolation()``). Without root or without ``unshare`` the sandbox
-warns once (``RuntimeWarning``), sets ``RunResult.isolated = False`` and still applies everything else it can
-(rlimits, a temporary working directory, a minimal environment, uid 65534 when root and the standard library is
-readable by it, the pids cgroup when writable). ``THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION=1`` (or
-``require_isolation=True``) turns that into an error.
-
-Status of a case (``RunResult.status``): ``ok`` (exit 0), ``runtime_error`` (non-zero exit, uncaught exception,
-any signal other than the ones below), ``time_limit`` (wall deadline, SIGXCPU or the hard CPU limit's SIGKILL),
-``memory_limit`` (an uncaught MemoryError from RLIMIT_AS), ``output_limit`` (output over ``max_output_bytes``).
+``scoring.sandbox`` (the package docstring) describes the isolation; ``protocol`` holds what this side and the
+runner agree on (exit codes, jail paths, the tagged values).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import marshal
 import os
@@ -82,14 +27,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = [
-    "SandboxError", "Isolation", "RunResult", "isolation", "run_program", "run_function", "run_cases",
-    "run_many", "run_harness", "HARNESS_MODES", "parse_json", "decode_tagged", "encode_tagged", "Opaque",
-    "CallException",
-]
+from scoring.sandbox.protocol import HARNESS_MODES, MEMORY_EXIT, jail_path
 
-CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
-MEMORY_EXIT = 213                     # must match scoring/_sandbox_child.py
+__all__ = ["SandboxError", "Isolation", "RunResult", "isolation", "run_program", "run_function", "run_cases",
+           "run_many", "run_harness", "parse_json"]
+
+CHILD = str(Path(__file__).with_name("runner.py"))   # the trusted runner, run as ``python -I -S -B CHILD ...``
 SANDBOX_UID = SANDBOX_GID = 65534     # "nobody"
 DEFAULT_MAX_OUTPUT = 1 << 20          # 1 MiB per stream
 DEFAULT_NPROC = 32                    # RLIMIT_NPROC of uid 65534 (machine-wide: concurrent calls share it)
@@ -147,15 +90,6 @@ _IN_FLIGHT = 0
 _CALLS_LOCK = threading.Lock()
 
 
-HOST_TMP = "/.host-tmp"   # must match scoring/_sandbox_child.py
-
-
-def jail_path(path: str) -> str:
-    """Where a host path appears inside the jail: as itself, except under /tmp (the jail's /tmp is a fresh tmpfs),
-    which moves to ``HOST_TMP`` (a checkout or venv under /tmp keeps its packages importable by programs)."""
-    return HOST_TMP + path[4:] if path == "/tmp" or path.startswith("/tmp/") else path
-
-
 def _jail_layout(extra_dirs: Sequence[str] = (), extra_files: Sequence[str] = ()) -> dict:
     """The host paths the jail shows read-only: /usr, the top-level lib/bin links, the standard library (and the
     extra directories and single files a call asks for: a package the programs may import, a harness module)."""
@@ -190,7 +124,6 @@ def _runner_sys_path() -> list[str]:
                              capture_output=True, text=True, env=dict(_ENV), timeout=60)
         if out.returncode != 0:
             raise SandboxError(f"cannot run {sys.executable} -I -S: {out.stderr[-1000:]}")
-        import ast
         _RUNNER_PATH = [p for p in ast.literal_eval(out.stdout.strip()) if p]
     return _RUNNER_PATH
 
@@ -348,19 +281,16 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
                     disk_mb=disk_mb, python_path=python_path, on_case=on_case, packages=tuple(packages))
 
 
-HARNESS_MODES = ("lcb_stdin", "lcb_call", "evalplus")
-
-
 def run_harness(source: str, payloads: Sequence[Any], *, harness: str, fn_name: str | None = None,
                 options: Mapping[str, Any] | None = None, timeout_s: float = 60.0, memory_mb: int = 1024,
                 max_output_bytes: int = DEFAULT_MAX_OUTPUT, packages: Sequence[str] = (),
                 preimport: Sequence[str] = (), load_files: Sequence[tuple[str, str]] = (),
                 nproc: int = DEFAULT_NPROC, disk_mb: int = 64,
                 require_isolation: bool | None = None) -> list[RunResult]:
-    """Run ``source`` under a reference grader's harness (``scoring/_sandbox_child.py``): each payload (JSON data,
-    e.g. ``{"inputs": [...]}``) is one case process that runs ALL its tests in order, the way LiveCodeBench's
-    lcb_runner (``harness="lcb_stdin"`` / ``"lcb_call"``) or EvalPlus (``"evalplus"``) does, sharing state
-    between tests. ``RunResult.value`` is the list of per-test records (``value_ok``: they parsed), each
+    """Run ``source`` under a reference grader's harness (``harness_lcb.py``, ``harness_evalplus.py``): each
+    payload (JSON data, e.g. ``{"inputs": [...]}``) is one case process that runs ALL its tests in order, the
+    way LiveCodeBench's lcb_runner (``harness="lcb_stdin"`` / ``"lcb_call"``) or EvalPlus (``"evalplus"``) does,
+    sharing state between tests. ``RunResult.value`` is the list of per-test records (``value_ok``: they parsed), each
     ``{"i", "s": ok|error|timeout|memory|fatal|output_limit, "out"|"v"|"e"|"t"...}``, kept even when the process
     was then killed; everything in them came from the program's process, so they are data to check, never a
     verdict. ``timeout_s`` bounds each case process as a whole (the harness times each test itself);
@@ -387,7 +317,6 @@ def _package_dirs(name: str) -> tuple[list[str], list[str]]:
     """(directories to show in the jail, sys.path entries) for an installed top-level package: its own folder and
     a wheel's ``<name>.libs`` beside it (bundled shared libraries), and the folder holding them for sys.path."""
     if name not in _PACKAGES:
-        import importlib.util
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise SandboxError(f"package {name!r} is not installed in {sys.executable}'s environment")
@@ -396,27 +325,6 @@ def _package_dirs(name: str) -> tuple[list[str], list[str]]:
         dirs = [pkg] + [d for d in (os.path.join(site, f"{name}.libs"),) if os.path.isdir(d)]
         _PACKAGES[name] = (dirs, [site])
     return _PACKAGES[name]
-
-
-def encode_tagged(x: Any) -> Any:
-    """Python data -> the JSON-able tagged form ``decode_tagged`` (and the sandbox's harnesses) read back: tuples,
-    sets, frozensets, dicts with any keys, complex and bytes keep their types."""
-    t = type(x)
-    if x is None or t in (bool, int, float, str):
-        return x
-    if t is list:
-        return [encode_tagged(v) for v in x]
-    if t is tuple:
-        return {"__tuple__": [encode_tagged(v) for v in x]}
-    if t in (set, frozenset):
-        return {f"__{t.__name__}__": [encode_tagged(v) for v in x]}
-    if t is dict:
-        return {"__dict__": [[encode_tagged(k), encode_tagged(v)] for k, v in x.items()]}
-    if t is complex:
-        return {"__complex__": [x.real, x.imag]}
-    if t is bytes:
-        return {"__bytes__": x.hex()}
-    raise TypeError(f"cannot send a {t.__name__} into the sandbox")
 
 
 def run_many(jobs: Iterable[Callable[[], Any] | Mapping[str, Any]], *, workers: int | None = None) -> list:
@@ -721,63 +629,3 @@ def _big_int(s: str) -> int:
 def parse_json(text: str) -> Any:
     """``json.loads`` for gold and returned values: integers of any length, NaN/Infinity allowed."""
     return json.loads(text, parse_int=_big_int)
-
-
-class Opaque:
-    """A returned value of a type the sandbox does not carry across (decoded from ``{"__repr__": ...}``): equal only
-    to an Opaque of the same type name and repr."""
-
-    def __init__(self, type_name: str, text: str):
-        self.type_name, self.text = type_name, text
-
-    def __eq__(self, other):
-        return isinstance(other, Opaque) and (self.type_name, self.text) == (other.type_name, other.text)
-
-    def __hash__(self):
-        return hash((self.type_name, self.text))
-
-    def __repr__(self):
-        return f"<{self.type_name} {self.text}>"
-
-
-class CallException:
-    """The exception a call raised in ``mode="calls"`` (never equal to a value)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self):
-        return f"<exception {self.text}>"
-
-
-def decode_tagged(x: Any) -> Any:
-    """Turn ``mode="calls"`` data back into Python values: tuples, sets, frozensets, dicts with any keys, complex,
-    bytes; an unknown type becomes ``Opaque``, a raised exception ``CallException``. No code is evaluated."""
-    if isinstance(x, list):
-        return [decode_tagged(v) for v in x]
-    if not isinstance(x, dict):
-        return x
-    if len(x) != 1:
-        raise ValueError(f"malformed tagged value with keys {sorted(x)[:5]}")
-    (tag, v), = x.items()
-    if tag == "__tuple__":
-        return tuple(decode_tagged(e) for e in v)
-    if tag == "__set__":
-        return {decode_tagged(e) for e in v}
-    if tag == "__frozenset__":
-        return frozenset(decode_tagged(e) for e in v)
-    if tag == "__dict__":
-        return {decode_tagged(k): decode_tagged(e) for k, e in v}
-    if tag == "__complex__":
-        return complex(float(v[0]), float(v[1]))
-    if tag == "__bytes__":
-        return bytes.fromhex(v)
-    if tag == "__numpy__":   # a numpy scalar or array: rebuilt with its dtype (numpy is imported only here)
-        import numpy as np
-        dtype, shape, data = np.dtype(str(v[0])), tuple(v[1]), decode_tagged(v[2])
-        return np.array(data, dtype=dtype).reshape(shape)[()] if not shape else np.array(data, dtype=dtype)
-    if tag == "__repr__":
-        return Opaque(str(v[0]), str(v[1]))
-    if tag == "__exception__":
-        return CallException(str(v))
-    raise ValueError(f"unknown tag {tag!r}")

@@ -1,0 +1,55 @@
+"""scoring.grading.grade_batch, the one batch grader: every failure of a grader (an exception, a dead worker, the
+pool's hard timeout) becomes that item's ungraded verdict, in the order of the items, in every mode."""
+
+import os
+import time
+
+import pytest
+
+from scoring.grading import grade_batch
+from scoring.pool import WorkerPool, apply, math_item
+from scoring.verdict import GRADER_ERROR, Verdict
+
+
+def _check(response: str, gold: str) -> Verdict:
+    if gold == "crash":
+        raise RuntimeError("grader lost")
+    ok = response == gold
+    return Verdict(ok, "pass" if ok else "wrong_answer", response)
+
+
+ITEMS = [("3", "3"), ("4", "5"), ("x", "crash"), ("7", "7")]
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_in_process_modes_turn_a_crash_into_grader_error(mode):
+    got = grade_batch(_check, ITEMS, mode=mode, workers=3, answer_of=lambda it: f"<{it[0]}>")
+    assert [v.verdict for v in got] == ["pass", "wrong_answer", GRADER_ERROR, "pass"]
+    assert (got[2].answer, got[2].detail) == ("<x>", "RuntimeError: grader lost")
+    assert [v.answer for v in got] == ["3", "4", "<x>", "7"]
+
+
+def test_process_mode_keeps_order_and_names_each_failure():
+    items = [(math_item, r"so \boxed{5}", "5", False, None),   # graded: pass
+             (int, "x"),                                       # the grader raises: grader_error
+             (os._exit, 3),                                    # the worker dies: grader_error
+             (time.sleep, 60),                                 # past the hard limit: timeout
+             (math_item, r"\boxed{4}", "5", False, None)]      # graded: wrong
+    with WorkerPool(apply, workers=2, timeout=3.0, context="spawn") as pool:
+        got = grade_batch(apply, items, mode="process", pool=pool, answer_of=lambda it: "ans")
+    assert [v.verdict for v in got] == ["pass", GRADER_ERROR, GRADER_ERROR, "timeout", "wrong_answer"]
+    assert [v.correct for v in got] == [True, False, False, False, False]
+    assert "ValueError" in got[1].detail and "worker died (exit code 3)" in got[2].detail
+    assert got[3].detail == "exceeded 3 s" and {got[1].answer, got[2].answer, got[3].answer} == {"ans"}
+
+
+def test_misuse_is_refused_before_grading():
+    pool = WorkerPool(apply, workers=1, timeout=5.0)   # no worker starts until map
+    with pytest.raises(ValueError, match="the pool runs apply, not _check"):
+        grade_batch(_check, ITEMS, mode="process", pool=pool)
+    with pytest.raises(ValueError, match="timeout_s=2 but the given pool's timeout is 5 s"):
+        grade_batch(apply, [], mode="process", pool=pool, timeout_s=2.0)
+    with pytest.raises(ValueError, match="apply to mode='process' only"):
+        grade_batch(_check, ITEMS, mode="inline", pool=pool)
+    with pytest.raises(ValueError, match="mode must be"):
+        grade_batch(_check, ITEMS, mode="fork")
