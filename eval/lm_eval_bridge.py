@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from contracts.files import atomic_write_text
+
 __all__ = ["run_lm_eval", "gen_kwargs", "LM_EVAL_FILE"]
 
 LM_EVAL_FILE = "lm_eval.json"
@@ -94,7 +96,5 @@ def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *,
         for key in ("results", "n-samples", "configs", "versions", "n-shot", "higher_is_better"):
             if isinstance(old.get(key), dict) and isinstance(results.get(key), dict):
                 results[key] = {**old[key], **results[key]}
-    tmp = out / (LM_EVAL_FILE + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    os.replace(tmp, out / LM_EVAL_FILE)
+    atomic_write_text(out / LM_EVAL_FILE, json.dumps(results, indent=1))
     return results

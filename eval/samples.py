@@ -6,7 +6,9 @@ benchmarks add ``correct_qwen`` (the Qwen-style grader's verdicts, for the disag
 
 Lines are appended and flushed one problem at a time, so a crash loses at most the line being written. On
 reading, a last line without its newline or not parseable as JSON is such a half-written line: ``repair``
-cuts the file back to the last complete line. A malformed line anywhere else is corruption and raises.
+cuts the file back to the last complete line. A malformed line anywhere else is corruption and raises. Appending
+to a file whose lines were written with other settings is refused (``check_settings``, through the one
+"written with other settings" check, ``contracts.settings``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["CHECKED_SETTINGS", "read_samples", "repair", "append_row", "check_settings"]
+from contracts.settings import check_settings as check_recorded
+from eval.benchmarks.base import Problem, Verdict
+
+__all__ = ["CHECKED_SETTINGS", "read_samples", "repair", "append_row", "make_row", "check_settings"]
 
 # settings that must match for new lines to be appended to an existing file (engine and timing may differ)
 CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p",
@@ -76,11 +81,30 @@ def append_row(f, row: dict) -> None:
 
 
 def check_settings(path: str | os.PathLike, rows: list[dict], settings: dict) -> None:
-    """ValueError when an existing file was written with different settings (see ``CHECKED_SETTINGS``)."""
-    for i, row in enumerate(rows):
-        old = row.get("settings") or {}
-        diff = {k: (old.get(k), settings.get(k)) for k in CHECKED_SETTINGS if old.get(k) != settings.get(k)}
-        if diff:
-            shown = ", ".join(f"{k}: file has {a!r}, this run {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(f"{path} (problem {row.get('problem_id')!r}) was written with other settings ({shown}). "
-                             f"Use a new --out directory, or delete the file to start over")
+    """``contracts.settings.SettingsMismatch`` (a ValueError) naming the file, the first problem whose line was
+    written with other settings and each differing field (``CHECKED_SETTINGS``), when there is one."""
+    for row in rows:
+        check_recorded(row.get("settings") or {}, settings, CHECKED_SETTINGS,
+                       where=f"{path} (problem {row.get('problem_id')!r})",
+                       fix="use a new --out directory, or delete the file to start over")
+
+
+def make_row(problem: Problem, prompt: str, responses, verdicts: list[Verdict], qwen, finish, settings: dict) -> dict:
+    """One problem's line: its responses with their verdicts (``qwen``: the cross-check's, math only; ``finish``:
+    the finish reasons, None for completions produced elsewhere without them) and the run's settings."""
+    row = {"problem_id": problem.id, "prompt": prompt, "gold": _gold_for_file(problem.gold),
+           "responses": list(responses), "answers": [v.answer for v in verdicts],
+           "verdicts": [v.verdict for v in verdicts], "correct": [bool(v.correct) for v in verdicts],
+           "finish_reasons": list(finish) if finish is not None else None, "settings": settings}
+    if qwen is not None:
+        row["correct_qwen"] = list(qwen)
+    return row
+
+
+def _gold_for_file(gold):
+    """The gold as stored in the samples file: JSON values up to 2,000 characters (code test suites are omitted)."""
+    try:
+        text = json.dumps(gold)
+    except (TypeError, ValueError):
+        return None
+    return gold if len(text) <= 2000 else None

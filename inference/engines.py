@@ -6,12 +6,12 @@ import importlib.util
 
 import torch
 
+from inference.names import ENGINES, EngineName
 from inference.protocol import Sampler
 from inference.stops import eos_list, stop_ids
 
-__all__ = ["ENGINES", "make_sampler", "resolve_engine"]
+__all__ = ["ENGINES", "EngineName", "make_sampler", "resolve_engine"]
 
-ENGINES = ("hf", "vllm", "auto")
 
 
 # On a CPU, vLLM's CPU build pays a fixed cost per scheduling step that dominates for tiny models (1M parameters:

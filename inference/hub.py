@@ -15,7 +15,7 @@ same cached id is used. A hub id that is neither in the cache nor downloadable i
 naming the argument, the cache and what to do.
 
 Nothing here touches torch.distributed: downloading once per node while the other ranks wait is the trainer's
-(``trainer.train.hub_snapshot``).
+(``trainer.warmup.hub_snapshot``).
 """
 
 from __future__ import annotations

@@ -32,20 +32,14 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from inference.names import TINY_SIZES
+
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
 CHARS = ("\n",) + tuple(chr(c) for c in range(32, 127))  # ids 4 .. 99
 VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARS)  # 100
 MAX_POSITIONS = 1024
 
-# Shapes of the tiny Llamas. All tie the input and output embeddings and use full multi-head attention
-# (num_key_value_heads == num_attention_heads), head_dim 32 or 64. Parameter counts (tied, vocab 100):
-#   1m: 1.06M   2m: 2.09M   5m: 5.14M   20m: 19.3M
-SIZES: dict[str, dict[str, int]] = {
-    "1m": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
-    "2m": dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=640),
-    "5m": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=8, intermediate_size=768),
-    "20m": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=1408),
-}
+SIZES = TINY_SIZES   # the shapes: inference/names.py (torch-free, for configs)
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

@@ -15,7 +15,8 @@ from eval.benchmarks import BENCHMARKS, MATH_BENCHMARKS, get_benchmark
 from eval.benchmarks.base import Problem
 from scoring.math import (extract_answer, extract_boxed, extract_final, gold_parses, grade_math, normalize_gold,
                           split_top_level)
-from scoring.pool import WorkerPool, apply, grade_math_many, math_item, qwen_item
+from scoring.grading import grade_math_many
+from scoring.pool import WorkerPool, apply, math_item, qwen_item
 from scoring.qwen import disagreements, math_equal, strip_string
 from scoring.templates import TEMPLATES, render_prompt
 

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from contracts.config import ConfigError
 from eval import run
 from eval.benchmarks import get_benchmark
+from eval.config import EvalConfig
+from eval.inputs import model_name
+from eval.report import format_report
 from inference.tiny import save_tiny
 from eval.leaderboard import build_leaderboard, lm_eval_entries, render_markdown, write_leaderboard
 from contracts.passk import k_grid
@@ -255,8 +259,9 @@ def test_disagreements_file_and_rate(samples_file, tmp_path, capsys):
 @needs_data
 def test_run_eval_returns_the_reports_main_prints(samples_file, tmp_path, capsys):
     lines = []
-    result = run.run_eval(["ref"], ["math500"], problems=MATH500, samples=samples_file, out=tmp_path,
-                          workers=2, progress=False, log=lines.append)
+    result = run.run_eval(EvalConfig(models=["ref"], benchmarks=["math500"], problems=str(MATH500),
+                                     samples=str(samples_file), out=str(tmp_path), workers=2, progress=False),
+                          log=lines.append)
     [r] = result["reports"]
     assert (r["model"], r["benchmark"], r["kind"], r["path"]) == ("ref", "math500", "math",
                                                                     tmp_path / "ref" / "math500.jsonl")
@@ -266,15 +271,16 @@ def test_run_eval_returns_the_reports_main_prints(samples_file, tmp_path, capsys
     assert r["avg_ci"][0] <= r["avg"] <= r["avg_ci"][1]
     assert (r["grading_timeouts"], r["disagreements"]) == (0, 3)
     assert r["disagreement_rate"] == pytest.approx(3 / 34)
-    assert lines == [run.format_report(r)]
+    assert lines == [format_report(r)]
     assert not capsys.readouterr().out                                # the library prints nothing itself
     [e] = [e for e in result["leaderboard"]["entries"] if e["benchmark"] == "math500"]
     assert e["avg"] == pytest.approx(r["avg"]) and (tmp_path / "leaderboard.md").read_text() == result["leaderboard_md"]
     # the command prints the same report line, then the same leaderboard
     assert _grade(samples_file, tmp_path) == 0
-    assert capsys.readouterr().out == run.format_report(r) + "\n" + result["leaderboard_md"] + "\n"
-    with pytest.raises(run.EvalUsageError, match="exactly one benchmark"):
-        run.run_eval(["ref"], ["math500", "aime24"], samples=samples_file, out=tmp_path)
+    assert capsys.readouterr().out == format_report(r) + "\n" + result["leaderboard_md"] + "\n"
+    with pytest.raises(ConfigError, match="exactly one benchmark"):
+        run.run_eval(EvalConfig(models=["ref"], benchmarks=["math500", "aime24"], samples=str(samples_file),
+                                out=str(tmp_path)))
 
 
 @needs_data
@@ -332,10 +338,10 @@ def test_cli_argument_errors(tmp_path):
         run.main(["--model", "m", "--benchmarks", "aime24,aime25", "--samples", "x", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="nothing to do"):
         run.main(["--model", "m", "--out", str(tmp_path)])
-    assert run.model_name("Qwen/Qwen2.5-Math-7B") == "Qwen__Qwen2.5-Math-7B"
+    assert model_name("Qwen/Qwen2.5-Math-7B") == "Qwen__Qwen2.5-Math-7B"
     step = tmp_path / "runs" / "exp1" / "checkpoints" / "step_000100"
     step.mkdir(parents=True)
-    assert run.model_name(str(step)) == "exp1-step_000100"
+    assert model_name(str(step)) == "exp1-step_000100"
 
 
 def test_repair_cuts_only_a_partial_last_line(tmp_path):
@@ -408,8 +414,8 @@ def test_tiny_model_end_to_end(tiny_model, tmp_path):
     assert path.read_bytes() == before
     assert "tiny-1m" in (tmp_path / "leaderboard.md").read_text()
     # the library call returns the scores of the file (a task benchmark: no math-only fields)
-    result = run.run_eval([str(tiny_model)], ["addition"], n=2, limit=4, max_tokens=16, out=tmp_path, engine="hf",
-                          progress=False, log=lambda m: None)
+    result = run.run_eval(EvalConfig(models=[str(tiny_model)], benchmarks=["addition"], n=2, limit=4, max_tokens=16,
+                                     out=str(tmp_path), engine="hf", progress=False), log=lambda m: None)
     [r] = result["reports"]
     correct = [c for row in rows for c in row["correct"]]
     assert (r["model"], r["benchmark"], r["problems"], r["n_min"], r["n_max"]) == ("tiny-1m", "addition", 4, 2, 2)
@@ -431,6 +437,7 @@ def _dying_grade(response, problem):
     return grade_problem(response, problem)
 
 
+@pytest.mark.slow   # three grading pools, each starting its workers, and six worker deaths
 @needs_data
 def test_a_killed_grading_worker_is_a_grader_error_not_a_score(samples_file, tmp_path, monkeypatch, capsys):
     import dataclasses
@@ -449,8 +456,8 @@ def test_a_killed_grading_worker_is_a_grader_error_not_a_score(samples_file, tmp
     assert not (out / "leaderboard.md").exists()                      # refused
     got = read_samples(out / "ref" / "math500.jsonl")
     assert [r["verdicts"][2] for r in got] == ["grader_error"] * 3
-    result = run.run_eval(["ref"], ["math500"], problems=MATH500, samples=s, out=out, workers=2, progress=False,
-                          grade_timeout=120, log=lambda m: None)
+    result = run.run_eval(EvalConfig(models=["ref"], benchmarks=["math500"], problems=str(MATH500), samples=str(s),
+                                     out=str(out), workers=2, progress=False, grade_timeout=120), log=lambda m: None)
     [rep] = result["reports"]
     assert (rep["ungraded"], rep["ungraded_problems"], result["ungraded"], result["leaderboard"]) == (3, 0, 3, None)
     assert rep["avg"] == pytest.approx(0.5)            # 3 graded x (solution right, "0" wrong): the 3 ungraded left out
@@ -463,7 +470,7 @@ def test_a_killed_grading_worker_is_a_grader_error_not_a_score(samples_file, tmp
 
 
 def test_pool_verdict_for_a_dead_worker_is_grader_error():
-    from scoring.pool import grade_math_many
+    from scoring.grading import grade_math_many
     verdicts, counts = grade_math_many([("DIE \\boxed{1}", "1", False, None)], pool=_DeadPool(), timeout=5)
     assert (verdicts[0].verdict, verdicts[0].correct, counts) == ("grader_error", False, {"timeout": 0, "error": 1})
 
@@ -490,10 +497,10 @@ def _lcb(samples, out, *extra):
 
 
 def test_a_sandbox_that_cannot_start_is_a_grader_error(tmp_path, monkeypatch, capsys):
-    from scoring import sandbox as sb
-    sb.isolation()
+    from scoring.sandbox import host
+    host.isolation()
     s = _lcb_samples(tmp_path / "s.jsonl")
-    monkeypatch.setattr(sb, "CHILD", "/nonexistent/runner.py")
+    monkeypatch.setattr(host, "CHILD", "/nonexistent/runner.py")
     assert _lcb(s, tmp_path / "out", "--lcb-release", "v5_v6") == 3
     rows = read_samples(tmp_path / "out" / "m" / "livecodebench.jsonl")
     assert len(rows) == 5 and {v for r in rows for v in r["verdicts"]} == {"grader_error"}
@@ -527,7 +534,7 @@ def test_lcb_release_flags_are_recorded_and_printed(tmp_path, capsys):
     assert (tmp_path / "out" / "m" / "livecodebench.jsonl").read_bytes() == before
 
 
-# ---- bad input: a message naming the file and line, exit 1, nothing written ------------------------------------
+# ---- bad input: a message naming the file and line, exit 2, nothing written ------------------------------------
 
 def test_bad_lcb_flags(tmp_path):
     s = _lcb_samples(tmp_path / "s.jsonl")
@@ -591,7 +598,7 @@ def test_the_command_prints_a_message_not_a_traceback(tmp_path):
                         "--problems", str(bad), "--samples", str(samples), "--lcb-release", "all",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip() == f"error: livecodebench: {bad}:2: malformed JSON line (Expecting property name " \
                                f"enclosed in double quotes at column 2)"
     assert not (tmp_path / "o").exists()
@@ -634,11 +641,12 @@ def test_data_parallel_engines_write_what_one_engine_writes(tiny_model, tmp_path
 
 
 def test_data_parallel_size_is_checked_before_anything_runs(tiny_model, tmp_path):
-    with pytest.raises(run.EvalUsageError, match="--data-parallel-size and --tensor-parallel-size must be >= 1"):
-        run.run_eval([str(tiny_model)], ["addition"], out=tmp_path, data_parallel_size=0, progress=False)
-    with pytest.raises(run.EvalUsageError, match="--samples generates nothing"):
-        run.run_eval(["m"], ["addition"], out=tmp_path, samples=str(tiny_model / "config.json"),
-                     data_parallel_size=2, progress=False)
+    with pytest.raises(ConfigError, match="--data-parallel-size and --tensor-parallel-size must be >= 1"):
+        run.run_eval(EvalConfig(models=[str(tiny_model)], benchmarks=["addition"], out=str(tmp_path),
+                                data_parallel_size=0, progress=False))
+    with pytest.raises(ConfigError, match="--samples generates nothing"):
+        run.run_eval(EvalConfig(models=["m"], benchmarks=["addition"], out=str(tmp_path),
+                                samples=str(tiny_model / "config.json"), data_parallel_size=2, progress=False))
     assert not any(tmp_path.iterdir())
 
 

@@ -26,6 +26,7 @@ from typing import Sequence
 import pandas as pd
 
 from contracts.records import parse_step_range
+from inference.names import ENGINES
 
 from . import io
 from .core import truncation as TR
@@ -224,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first K problems")
-    p.add_argument("--engine", choices=("auto", "hf", "vllm"), default="auto")
+    p.add_argument("--engine", choices=ENGINES, default="auto")
     p.add_argument("--template", default=None, help="prompt template (default: the benchmark's)")
     p.add_argument("--batch-problems", type=_positive_int, default=8,
                    help="problems per generate call (n samples each); part of the sampling seed")
