@@ -1,6 +1,6 @@
 """Grader throughput: math answers per second and sandboxed test executions per second; sandbox overhead.
 
-- Math: ``scoring.pool.grade_math_many`` (extraction + math-verify, one worker process per core, the pool
+- Math: ``scoring.grading.grade_math_many`` (extraction + math-verify, one worker process per core, the pool
   started and warmed before timing) on a fixed corpus of responses: integers, fractions vs decimals, radicals,
   intervals, polynomials, tuples, wrong answers and unboxed responses, each behind ~1 kB of reasoning text.
   For context the same items graded one by one in this process (``math_item``, one core).
@@ -71,7 +71,8 @@ def params_for(ctx) -> dict:
 
 
 def run(ctx) -> BenchResult:
-    from scoring.pool import WorkerPool, default_workers, grade_math_many, math_item
+    from scoring.grading import grade_math_many
+    from scoring.pool import WorkerPool, default_workers, math_item
     from scoring.sandbox import isolation, run_cases, run_many, run_program
 
     p = params_for(ctx)

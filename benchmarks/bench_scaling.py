@@ -3,7 +3,7 @@ length; the graders vs items and test cases per call. Tables (and ``scaling.png`
 
 - Trainer: for each (B prompts, G samples, L response tokens) the two halves of a step on the same tiny model,
   timed separately: generation (``HFSampler``, EOS ignored, B*G rows of exactly L tokens) and the update
-  (``trainer.train.update``: forward, DAPO loss, backward, AdamW step over the B*G rows as one micro-batch).
+  (``trainer.update.update``: forward, DAPO loss, backward, AdamW step over the B*G rows as one micro-batch).
   A least-squares line ``seconds = a + b * tokens`` per half gives the per-token cost.
 - Sampler: tokens/s vs batch rows and new tokens.
 - Graders: math answers/s vs number of answers (pool of one worker per core); sandbox executions/s vs test cases
@@ -58,7 +58,7 @@ def trainer_rows(p: dict, ctx) -> list[dict]:
     from trainer.rollout import Rollout
     from scoring.tasks import get_task
     from inference.tiny import build_model, build_tokenizer
-    from trainer.train import assign_advantages, make_scheduler, update
+    from trainer.update import assign_advantages, make_scheduler, update
 
     tok = build_tokenizer()
     model = build_model(p["size"], tok, seed=0)
@@ -120,7 +120,8 @@ def sampler_rows(p: dict, ctx) -> list[dict]:
 
 def grader_rows(p: dict, ctx) -> list[dict]:
     from benchmarks.bench_graders import _PROGRAM, math_items
-    from scoring.pool import WorkerPool, default_workers, grade_math_many, math_item
+    from scoring.grading import grade_math_many
+    from scoring.pool import WorkerPool, default_workers, math_item
     from scoring.sandbox import run_cases, run_many
 
     workers = default_workers()

@@ -8,7 +8,7 @@ from test_trainer import fixed_rollouts
 from trainer.config import load_config
 from trainer.fsdp import init_distributed, shard_model, shutdown
 from inference.tiny import build_model, build_tokenizer
-from trainer.train import backward_minibatch
+from trainer.update import backward_minibatch
 
 
 def main(out: str) -> None:

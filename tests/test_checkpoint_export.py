@@ -93,7 +93,7 @@ def test_export_dtype_float32_keeps_the_masters_and_is_validated(tmp_path):
         assert {t.dtype for t in files.values()} == {want}
         assert json.loads((path / "config.json").read_text())["dtype"] == str(want).removeprefix("torch.")
     assert load_config(None, []).export_dtype == "auto"
-    with pytest.raises(ConfigError, match="export_dtype must be auto"):
+    with pytest.raises(ConfigError, match="config field .export_dtype. must be one of auto, float32, bfloat16"):
         load_config(None, ["export_dtype=fp16"])
 
 

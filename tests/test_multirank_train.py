@@ -241,7 +241,7 @@ def test_seeded_steps_refill_with_fresh_prompts_only_when_asked(tmp_path, sft_po
 
 def test_luffy_drops_prompts_whose_trace_exceeds_the_budget(tmp_path, sft_policy_dir):
     from scoring.tasks import get_task
-    from trainer.rollout import off_policy_ids
+    from trainer.data import off_policy_ids
     from inference.tiny import build_tokenizer
     tok = build_tokenizer()
     exs = get_task("addition").make_examples(64, seed=5, **TASK_KWARGS)

@@ -13,7 +13,8 @@ from trainer.config import load_config, loss_kwargs
 from trainer.fsdp import Dist
 from contracts.records import read_rollouts
 from trainer.rollout import Rollout
-from trainer.train import rows_loss_mask, token_batch, train
+from trainer.train import train
+from trainer.update import rows_loss_mask, token_batch
 
 
 def run(tmp_path, **over):
@@ -187,13 +188,13 @@ def test_behavior_logprobs_from_the_sampler_match_the_trainer_forward(tmp_path):
 
 def test_behavior_logprobs_setting_is_validated():
     from trainer.config import ConfigError
-    with pytest.raises(ConfigError, match="behavior_logprobs must be trainer or sampler"):
+    with pytest.raises(ConfigError, match="config field 'behavior_logprobs' must be one of trainer, sampler"):
         load_config(None, ["behavior_logprobs=engine"])
     # vLLM gives log-probs (after temperature) but no entropy: only the entropy rule needs the trainer's forward
     load_config(None, ["behavior_logprobs=sampler", "engine=vllm", "algorithm=seeds", "seed_rule=ratio"])
     with pytest.raises(ConfigError, match="seed_rule=entropy needs the behavior policy's entropies"):
         load_config(None, ["behavior_logprobs=sampler", "engine=vllm", "algorithm=seeds", "seed_rule=entropy"])
-    with pytest.raises(ConfigError, match="vllm_sleep_mode must be auto, on or off"):
+    with pytest.raises(ConfigError, match="config field 'vllm_sleep_mode' must be one of auto, on, off"):
         load_config(None, ["vllm_sleep_mode=maybe"])
     with pytest.raises(ConfigError, match="vllm_max_model_len=100 cannot hold"):
         load_config(None, ["vllm_max_model_len=100", "max_prompt_tokens=90", "max_response_tokens=20"])

@@ -18,7 +18,8 @@ from trainer.config import load_config
 from trainer.data import DataError
 from trainer.fsdp import Dist
 from contracts.records import ROLLOUT_SCHEMA, read_rollouts
-from trainer.train import backward_minibatch, train
+from trainer.train import train
+from trainer.update import backward_minibatch
 
 
 def overrides(out: Path, policy: Path, **extra) -> list[str]:
@@ -88,7 +89,7 @@ def test_malformed_data_row_names_file_and_line(tmp_path, sft_policy_dir):
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": "1+1", "answer": "2"}\n{"prompt": "2+2", "answer": "4"}\n{"prompt": "3+3", answer: 6}\n')
     cfg = load_config(None, overrides(tmp_path, sft_policy_dir, train_file=str(data)))
-    with pytest.raises(DataError, match=r"train.jsonl:3: not valid JSON"):
+    with pytest.raises(DataError, match=r"train.jsonl:3: malformed JSON line"):
         train(cfg, Dist())
     data.write_text('{"prompt": "1+1", "answer": "2"}\n{"question": "2+2", "answer": "4"}\n')
     with pytest.raises(DataError, match=r"train.jsonl:2: row has no field 'prompt'"):
@@ -170,7 +171,7 @@ def grads_for(micro_batch_size: int, **cfg_over):
     with M2PO's keep-mask computed over the whole mini-batch from the log-probs before the update."""
     from inference.tiny import build_model, build_tokenizer
     from trainer.policy import score
-    from trainer.train import m2po_keep_masks, uses_m2po_mask
+    from trainer.update import m2po_keep_masks, uses_m2po_mask
     tok = build_tokenizer()
     model = build_model("1m", tok, seed=3)
     cfg = load_config(None, [f"micro_batch_size={micro_batch_size}", *[f"{k}={v}" for k, v in cfg_over.items()]])
@@ -260,7 +261,7 @@ def test_flat_and_padded_forwards_give_the_same_gradient(tokens):
 
 def test_the_rollout_batch_size_reaches_the_sampler():
     from inference.tiny import build_model, build_tokenizer
-    from trainer.train import make_rollout_engine
+    from trainer.rollout import make_rollout_engine
     tok = build_tokenizer()
     sampler, _ = make_rollout_engine(load_config(None, ["rollout_batch_size=1024"]), build_model("1m", tok), tok,
                                      Dist())
@@ -312,7 +313,7 @@ def test_gradient_invariant_to_world_size(tmp_path):
 
 
 def test_supervised_warm_up_stops_at_the_loss_and_is_cached_by_it(tmp_path):
-    from trainer.train import sft_cache_dir, warm_start
+    from trainer.warmup import sft_cache_dir, warm_start
     base = [f"output_dir={tmp_path}", "model=tiny:1m", "task=addition", "sft_steps=300"]
     stopped = Path(warm_start(load_config(None, [*base, "sft_stop_loss=2.0"]), Dist()))
     summary = json.loads((stopped / "warmup_summary.json").read_text())

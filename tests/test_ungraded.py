@@ -18,7 +18,8 @@ from scoring.verdict import GRADER_ERROR, Verdict
 from trainer.config import ConfigError, load_config, validate
 from trainer.fsdp import Dist
 from trainer.rollout import Rollout
-from trainer.train import filter_groups, filter_ungraded, train
+from trainer.sampling import filter_groups, filter_ungraded
+from trainer.train import train
 from contracts.records import read_rollouts
 
 
@@ -46,7 +47,7 @@ def test_ungraded_groups_are_left_out_or_zeroed_as_asked():
     assert [r.group for r in kept] == [2, 2] and dropped == 2
     cfg = load_config(None, ["ungraded=zero"])
     assert filter_ungraded(cfg, rows) == (rows, 0)
-    with pytest.raises(ConfigError, match="ungraded must be 'drop_group'"):
+    with pytest.raises(ConfigError, match="config field 'ungraded' must be one of drop_group, zero"):
         validate(load_config(None, ["ungraded=skip"]))
 
 
@@ -56,19 +57,18 @@ def test_a_crashing_grader_is_a_grader_error_not_a_wrong_answer(monkeypatch):
             raise RuntimeError("worker lost")
         return Verdict(response == example["answer"], "pass" if response == example["answer"] else "wrong_answer")
     monkeypatch.setitem(rewards.GRADERS, "addition", boom)
-    out = rewards.grade_responses("addition", ["3", "4", "x"], [{"answer": "3"}, {"answer": "5"}, {"answer": "crash"}])
+    out = rewards.grade_task_batch("addition", ["3", "4", "x"], [{"answer": "3"}, {"answer": "5"}, {"answer": "crash"}])
     assert [v.verdict for v in out] == ["pass", "wrong_answer", GRADER_ERROR]
     assert "RuntimeError: worker lost" in out[2].detail
     assert [rewards.reward_of(v) for v in out[:2]] == [1.0, 0.0]
 
 
 def test_a_sandbox_that_cannot_start_is_a_grader_error(monkeypatch):
-    import scoring.code
     from scoring.sandbox import SandboxError
 
     def no_sandbox(*a, **k):
         raise SandboxError("user namespaces are disabled")
-    monkeypatch.setattr(scoring.code, "grade_code", no_sandbox)
+    monkeypatch.setattr(rewards, "grade_code", no_sandbox)   # the name the code reward calls
     v = rewards.grade_code_example("```python\nprint(1)\n```", {"tests": [{"input": "", "output": "1"}]})
     assert (v.correct, v.verdict) == (False, GRADER_ERROR) and "namespaces" in v.detail
 

@@ -35,13 +35,21 @@ import re
 import secrets
 import shutil
 import socket
+import sys
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
+from contracts.config import to_dict
+from contracts.files import atomic_write_text
+from trainer.config import Config
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
+from trainer.policy import resolve_dtype
 
 FORMAT = 2   # 1: full model in model.safetensors + full optimizer in state.pt (before sharded checkpoints)
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
@@ -95,7 +103,6 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype 
     while every rank streams the full tensors (collective). Floating tensors are written in ``dtype`` (cast on each
     rank's shard before the gather), or in their own (master) dtype when None; config.json's ``dtype`` is what the
     files hold."""
-    from safetensors.torch import save_file
     out = Path(out)
     parts, shard, size, index, written = [], {}, 0, {}, None
 
@@ -332,6 +339,53 @@ def truncate_metrics(path: Path, last_step: int) -> None:
                 keep.append(line)
         except (json.JSONDecodeError, KeyError):
             break  # a half-written last line
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the training loop's checkpoint: what it saves and what a resumed run reads back
+# ----------------------------------------------------------------------------------------------------------
+class Resumed(NamedTuple):
+    start: int              # the first step to run
+    produced_tokens: int    # response tokens of every step so far (Thinking Seeds' token factor)
+
+
+def save_step(run_dir: Path, step: int, cfg: Config, d: Dist, *, model, tokenizer, optimizer, scheduler, loader,
+              builder, produced_tokens: int) -> None:
+    """The checkpoint of ``step`` (collective): sharded model and optimizer by every rank, the Hugging Face export
+    and the rank-independent state (scheduler, data cursor, rollout buffers, RNG, token count, config) by rank 0."""
+    t0 = time.perf_counter()
+    state = None
+    rng = rng_state(d)   # collective: each rank's own CUDA generator
+    if d.is_main:
+        state = {"step": step, "scheduler": scheduler.state_dict(), "loader": loader.state_dict(),
+                 "rollouts": builder.state_dict(), "rng": rng, "produced_tokens": produced_tokens,
+                 "world_size": d.world_size, "config": to_dict(cfg)}
+    export = resolve_dtype(cfg.dtype if cfg.export_dtype == "auto" else cfg.export_dtype, d.device)   # auto: compute
+    path = save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=tokenizer, trainer_state=state,
+                           d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states, export_dtype=export)
+    if d.is_main and not cfg.progress:
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        print(f"checkpoint {path.name}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+
+
+def resume_run(run_dir: Path, cfg: Config, d: Dist, *, model, optimizer, scheduler, loader, builder) -> Resumed:
+    """Continue from the checkpoint ``cfg.resume`` names (auto: this run's newest; rank 0 decides, every rank
+    checks): each rank reads its own shards of model and optimizer (any world size wrote them, nothing gathered),
+    then the scheduler, data cursor, rollout buffers and RNG; rank 0 drops the metrics logged after it. A fresh
+    run starts at step 0."""
+    if d.is_main:
+        remove_partial_saves(run_dir)
+    path = agree_resume_checkpoint(run_dir, cfg.resume, d)
+    if path is None:
+        return Resumed(0, 0)
+    state = load_checkpoint(path, model=model, optimizer=optimizer, d=d)
+    scheduler.load_state_dict(state["scheduler"])
+    loader.load_state_dict(state["loader"])
+    builder.load_state_dict(state["rollouts"])
+    set_rng_state(state["rng"], rank=d.rank)
+    if d.is_main:
+        truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+        print(f"resumed from {path} at step {state['step'] + 1} (saved on {state['world_size']} ranks, resumed on "
+              f"{d.world_size})", file=sys.stderr)
+    return Resumed(state["step"] + 1, state["produced_tokens"])

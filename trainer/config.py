@@ -2,28 +2,45 @@
 
 ``load_config(path, overrides)`` reads a preset, applies ``key=value`` overrides from the command line, and
 validates everything before any model is built: unknown keys, wrong types and impossible batch divisions fail
-with a message that names the field and says what to do.
+with a message that names the field and says what to do. The machinery (coercion to the declared types, presets,
+overrides, the YAML dump) is ``contracts.config``'s; a choice field is typed once as a ``Literal``, defined where
+its concept lives (``trainer.algos`` for the losses, reductions, advantage scales and seed rules,
+``inference.engines`` for the engines, ``trainer.tracking`` for the trackers; the trainer's own below), and
+validated from that type. ``validate`` holds the cross-field checks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-import yaml
+from contracts.config import ConfigError, build, load, to_dict
+from inference.names import EngineName
+from inference.names import TINY_SIZES
+from trainer.algos import AdvScale, Algorithm, LossAgg, SeedLoss, SeedRule, StaleLoss
+from trainer.tracking import TrackerName
 
-ALGORITHMS = ("dapo", "seeds", "luffy", "m2po")
-SEED_RULES = ("ratio", "entropy")
-SEED_LOSSES = ("state", "state+action")
-LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm")
+__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "loss_kwargs", "to_dict",
+           "ALGORITHMS", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
 
+Precision = Literal["float32", "bfloat16"]             # weights and AdamW state (master_dtype)
+Dtype = Literal["auto", Precision]                     # compute and export dtypes; auto: bf16 on CUDA, fp32 on CPU
+TrainForward = Literal["auto", "flat", "model"]        # the log-prob forward (trainer.policy.use_flat)
+LrSchedule = Literal["constant", "cosine"]
+Refill = Literal["auto", "fresh", "none"]              # what replaces the groups dynamic sampling drops
+Ungraded = Literal["drop_group", "zero"]
+BehaviorSource = Literal["trainer", "sampler"]         # where cached behavior log-probs come from
+LongTraces = Literal["drop", "truncate"]               # LUFFY traces longer than the response budget
+SleepMode = Literal["auto", "on", "off"]               # vLLM sleep mode during updates
 
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the field and the fix."""
+# the choice lists tests and messages name, derived from the types above (never written twice)
+ALGORITHMS = typing.get_args(Algorithm)
+SEED_RULES = typing.get_args(SeedRule)
+SEED_LOSSES = typing.get_args(SeedLoss)
+LOSS_AGGS = typing.get_args(LossAgg)
 
 
 @dataclass
@@ -37,8 +54,8 @@ class Config:
     total_steps: int = 100                # optimizer steps (one rollout batch each; several with mini_batches_per_step)
     # --- model -----------------------------------------------------------------------------------------
     model: str = "tiny:2m"                # HF directory or hub id, or tiny:<size> to build a fresh tiny model
-    dtype: str = "auto"                   # compute dtype of forward/backward: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16
-    master_dtype: str = "float32"         # parameters and AdamW state: float32 (mixed precision: bf16 compute, fp32
+    dtype: Dtype = "auto"                 # compute dtype of forward/backward: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16
+    master_dtype: Precision = "float32"   # parameters and AdamW state: float32 (mixed precision: bf16 compute, fp32
                                           # updates) | bfloat16 (pure bf16, needs dtype=bfloat16: at lr 1e-6 most
                                           # weights cannot move, the update is below half a bf16 ulp)
     sft_steps: int = 0                    # tiny:<size> only: supervised warm-up on the task first (cached under output_dir/_sft_cache)
@@ -62,7 +79,7 @@ class Config:
     skip_unsupported_code_rows: bool = False  # task=code: leave out (and count) rows whose tests cannot run here
                                           # (pytest files, kodcode, humanevalplus); false: such a row is an error
     # --- rollout ---------------------------------------------------------------------------------------
-    engine: str = "hf"                    # hf (KV-cache sampler on transformers) | vllm | auto
+    engine: EngineName = "hf"             # hf (KV-cache sampler on transformers) | vllm | auto
     prompts_per_step: int = 16            # B: prompts per optimizer step (global, all ranks)
     samples_per_prompt: int = 8           # G: responses per prompt
     max_response_tokens: int = 64         # generation budget per response (seed + continuation)
@@ -73,21 +90,21 @@ class Config:
                                           # more KV-cache memory; a seeds refresh writes T batches at once and gains most
     vllm_gpu_memory_utilization: float = 0.4   # GPU: the engine's share of GPU memory (weights + KV cache)
     vllm_max_model_len: int | None = None  # KV-cache length per sequence; null = max_prompt_tokens + max_response_tokens
-    vllm_sleep_mode: str = "auto"          # auto (on with CUDA) | on | off: free the engine's GPU memory during updates
+    vllm_sleep_mode: SleepMode = "auto"   # auto (on with CUDA) | on | off: free the engine's GPU memory during updates
     # --- DAPO ------------------------------------------------------------------------------------------
     clip_low: float = 0.2                 # epsilon_low
     clip_high: float = 0.28               # epsilon_high (clip-higher)
     clip_c: float | None = None           # dual-clip bound for negative advantages; null = off
-    loss_agg: str = "token-mean"          # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
-    adv_scale: str = "std"                # std: (R - mean)/(std + eps); none: R - mean
+    loss_agg: LossAgg = "token-mean"      # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
+    adv_scale: AdvScale = "std"           # std: (R - mean)/(std + eps); none: R - mean
     dynamic_sampling: bool = True         # drop groups whose verdicts are all equal and sample more prompts
-    ungraded: str = "drop_group"          # a row the grader could not grade (grader_error/timeout): drop_group | zero
+    ungraded: Ungraded = "drop_group"     # a row the grader could not grade (grader_error/timeout): drop its group | reward 0
     max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
     # what replaces the groups dynamic sampling drops (docs/recipes.md "Dynamic sampling refills"):
     # auto = fresh on-policy groups from the data cursor, except M2PO, which is not refilled (its batch stays
     # all-stale, as in M2PO's experiments); fresh = always fresh groups (an M2PO refill gets the current policy as
     # its behavior policy, r = pi/pi_old); none = never refill: train on the groups that kept signal
-    refill: str = "auto"
+    refill: Refill = "auto"
     overlong_buffer_tokens: int = 0       # DAPO soft overlong punishment window (0 = off)
     overlong_penalty: float = 1.0         # maximum penalty inside the window
     mini_batches_per_step: int = 1        # optimizer updates per rollout batch (Figure 3b); 1 = paper setting
@@ -95,34 +112,34 @@ class Config:
     micro_batch_tokens: int = 0           # > 0: also at most this many padded tokens per micro-batch (rows x longest
                                           # prompt + response), like verl's dynamic batch size; 0 = rows only
                                           # (with the flat forward: tokens it computes, each distinct prompt once)
-    train_forward: str = "auto"           # auto: flat where the architecture allows (Llama/Qwen2/Qwen3, unsharded),
+    train_forward: TrainForward = "auto"  # auto: flat where the architecture allows (Llama/Qwen2/Qwen3, unsharded),
                                           # else model; flat: no padding, each prompt once per micro-batch
                                           # (inference/flat.py); model: the model's own forward on padded rows
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
     warmup_steps: int = 0
-    lr_schedule: str = "constant"         # constant | cosine
+    lr_schedule: LrSchedule = "constant"
     max_grad_norm: float = 1.0
     entropy_coef: float = 0.0             # entropy bonus (LUFFY uses 0.001)
     # --- algorithm -------------------------------------------------------------------------------------
-    algorithm: str = "dapo"               # dapo | seeds | luffy | m2po
+    algorithm: Algorithm = "dapo"         # the loss: trainer.algos.LOSSES[algorithm]
     # Thinking Seeds (algorithm=seeds)
     seed_refresh_interval: int = 8        # T: every T steps the current policy writes rollouts for the next T batches
-    seed_rule: str = "ratio"              # ratio | entropy
+    seed_rule: SeedRule = "ratio"         # where each cached response is cut: seed_ratio or seed_topk
     seed_ratio: float = 0.5               # ratio rule: seed = round(|o| * ratio)
     seed_topk: int = 32                   # entropy rule: cut at one of the k highest-entropy positions
-    seed_loss: str = "state+action"       # state: seed tokens masked out; state+action: seed tokens use r = pi/pi_behavior
-    seed_stale_loss: str = "clip"         # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
+    seed_loss: SeedLoss = "state+action"  # state: seed tokens masked out; state+action: seed tokens use r = pi/pi_behavior
+    seed_stale_loss: StaleLoss = "clip"   # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
     # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
     # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
     # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF
     # engine gives entropies too, vLLM none (so seed_rule=entropy needs the trainer's forward there)
-    behavior_logprobs: str = "trainer"
+    behavior_logprobs: BehaviorSource = "trainer"
     # LUFFY (algorithm=luffy)
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
     luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
-    luffy_long_traces: str = "drop"       # an off-policy trace longer than max_response_tokens: drop its prompt at
+    luffy_long_traces: LongTraces = "drop"  # an off-policy trace longer than max_response_tokens: drop its prompt at
                                           # load time (as LUFFY's data, filtered to fit; counted as
                                           # data/luffy_prompts_dropped) | truncate (cut at the budget, finish=length)
     # M2PO (algorithm=m2po)
@@ -134,11 +151,11 @@ class Config:
                                           # in bf16, 4 in fp32: export_dtype)
     keep_resume_states: int = 2           # of those, the newest that keep trainer_state/ for resume (sharded fp32
                                           # weights + AdamW moments, 12 B/param: 91 GB at 7B); older ones stay models
-    export_dtype: str = "auto"            # dtype of each checkpoint's Hugging Face export: auto (the compute dtype,
+    export_dtype: Dtype = "auto"          # dtype of each checkpoint's Hugging Face export: auto (the compute dtype,
                                           # `dtype`: bf16 on CUDA) | float32 | bfloat16; the fp32 masters that
                                           # resume reads stay in trainer_state/ whatever it is
     log_rollouts: bool = True             # write rollouts/step_N.parquet every step
-    tracker: str = "none"                 # none | tensorboard | wandb
+    tracker: TrackerName = "none"         # metrics also to TensorBoard or W&B (metrics.jsonl always)
     progress: bool = True                 # progress bar on rank 0
 
     @property
@@ -146,109 +163,18 @@ class Config:
         return Path(self.output_dir) / self.run_name
 
 
-# ------------------------------------------------------------------------------------------------------
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(name: str, value, tp):
-    """Coerce a YAML/CLI value to the field's declared type, or raise ConfigError naming the field."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
-            return None
-        return _coerce(name, value, args[0])
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-    elif tp in (dict, tuple) or origin in (dict, tuple):
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        want = dict if (tp is dict or origin is dict) else tuple
-        if want is dict and isinstance(value, dict):
-            return value
-        if want is tuple and isinstance(value, (list, tuple)):
-            return tuple(value)
-    raise ConfigError(f"config field '{name}' expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
-
-
-def _field_types() -> dict:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in fields(Config)}
-
-
-def apply_overrides(base: dict, overrides: list[str] | dict) -> dict:
-    out = dict(base)
-    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
-    for key, value in items:
-        out[key] = value
-    return out
-
-
-def _split_override(text: str) -> tuple[str, object]:
-    if "=" not in text:
-        raise ConfigError(f"override '{text}' must look like key=value (e.g. total_steps=10)")
-    key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value) if value.strip() else ""
-
-
 def build_config(values: dict, *, source: str = "config") -> Config:
-    types_ = _field_types()
-    unknown = sorted(set(values) - set(types_))
-    if unknown:
-        import difflib
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, types_, n=1)
-            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        raise ConfigError(f"{source}: unknown config key(s) {', '.join(hints)}; see trainer/config.py for the fields")
-    kwargs = {k: _coerce(k, v, types_[k]) for k, v in values.items()}
-    cfg = Config(**kwargs)
+    """A validated Config from a mapping of fields (unknown keys and wrong types are ConfigErrors)."""
+    cfg = build(Config, values, source=source, fields_doc="trainer/config.py")
     validate(cfg)
     return cfg
 
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] | dict = ()) -> Config:
-    values: dict = {}
-    source = "command line"
-    if path:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file '{path}' does not exist (presets live in trainer/configs/)")
-        with open(path) as f:
-            try:
-                loaded = yaml.safe_load(f) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a preset is a flat mapping of config fields, got {type(loaded).__name__}")
-        values, source = loaded, str(path)
-    values = apply_overrides(values, overrides)
-    return build_config(values, source=source)
+    """A preset file (optional) with ``key=value`` overrides on top, validated."""
+    cfg = load(Config, path, overrides, where="trainer/configs/", fields_doc="trainer/config.py")
+    validate(cfg)
+    return cfg
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -257,8 +183,8 @@ def _check(cond: bool, msg: str) -> None:
 
 
 def validate(cfg: Config, *, world_size: int = 1) -> None:
-    """Every check that can fail before a model is built."""
-    _check(cfg.algorithm in ALGORITHMS, f"algorithm must be one of {ALGORITHMS}, got '{cfg.algorithm}'")
+    """Every check that can fail before a model is built (the choice fields are checked from their types when the
+    config is built; these are the ranges and the checks across fields)."""
     _check(cfg.total_steps >= 1, f"total_steps must be >= 1, got {cfg.total_steps}")
     _check(cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1")
     _check(cfg.samples_per_prompt >= 2,
@@ -266,8 +192,6 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.max_response_tokens >= 1, "max_response_tokens must be >= 1")
     _check(cfg.micro_batch_size >= 1, "micro_batch_size must be >= 1")
     _check(cfg.rollout_batch_size >= 1, f"rollout_batch_size must be >= 1, got {cfg.rollout_batch_size}")
-    _check(cfg.train_forward in ("auto", "flat", "model"),
-           f"train_forward must be auto, flat or model, got '{cfg.train_forward}'")
     _check(cfg.micro_batch_tokens >= 0, f"micro_batch_tokens must be >= 0 (0 = no token cap), got {cfg.micro_batch_tokens}")
     _check(cfg.mini_batches_per_step >= 1, "mini_batches_per_step must be >= 1")
     _check(cfg.prompts_per_step % cfg.mini_batches_per_step == 0,
@@ -276,60 +200,33 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.prompts_per_step % world_size == 0,
            f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world_size}: every rank "
            f"samples the same number of prompts; use a multiple of {world_size}")
-    _check(cfg.loss_agg in LOSS_AGGS, f"loss_agg must be one of {LOSS_AGGS}, got '{cfg.loss_agg}'")
-    _check(cfg.adv_scale in ("std", "none"), f"adv_scale must be 'std' or 'none', got '{cfg.adv_scale}'")
-    _check(cfg.lr_schedule in ("constant", "cosine"), f"lr_schedule must be constant or cosine, got '{cfg.lr_schedule}'")
-    _check(cfg.engine in ("hf", "vllm", "auto"), f"engine must be hf, vllm or auto, got '{cfg.engine}'")
-    _check(cfg.dtype in ("auto", "float32", "bfloat16"), f"dtype must be auto, float32 or bfloat16, got '{cfg.dtype}'")
-    _check(cfg.master_dtype in ("float32", "bfloat16"),
-           f"master_dtype must be float32 (fp32 master weights and optimizer state) or bfloat16 (pure bf16), got "
-           f"'{cfg.master_dtype}'")
     _check(cfg.master_dtype != "bfloat16" or cfg.dtype == "bfloat16",
            f"master_dtype=bfloat16 (pure bf16 weights and optimizer state) needs dtype=bfloat16, got "
            f"dtype={cfg.dtype}: set dtype=bfloat16, or keep master_dtype=float32")
-    _check(cfg.tracker in ("none", "tensorboard", "wandb"), f"tracker must be none, tensorboard or wandb, got '{cfg.tracker}'")
     _check(0.0 <= cfg.clip_low < 1.0 and cfg.clip_high >= 0.0, "clip_low must lie in [0, 1) and clip_high >= 0")
     _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
-    _check(cfg.refill in ("auto", "fresh", "none"),
-           f"refill must be auto, fresh or none (what replaces the groups dynamic sampling drops), got '{cfg.refill}'")
-    _check(cfg.luffy_long_traces in ("drop", "truncate"),
-           f"luffy_long_traces must be drop (leave out prompts whose off-policy trace exceeds max_response_tokens) "
-           f"or truncate, got '{cfg.luffy_long_traces}'")
-    _check(cfg.export_dtype in ("auto", "float32", "bfloat16"),
-           f"export_dtype must be auto (the compute dtype), float32 or bfloat16, got '{cfg.export_dtype}'")
     _check(cfg.keep_checkpoints >= 0, f"keep_checkpoints must be >= 0 (0 = keep all), got {cfg.keep_checkpoints}")
     _check(cfg.keep_resume_states >= 1,
            f"keep_resume_states must be >= 1 (the newest checkpoint is what a resumed run reads), got "
            f"{cfg.keep_resume_states}")
-    _check(cfg.ungraded in ("drop_group", "zero"),
-           f"ungraded must be 'drop_group' (leave out groups the grader could not grade) or 'zero' (reward 0), "
-           f"got {cfg.ungraded!r}")
     _check(cfg.overlong_buffer_tokens < cfg.max_response_tokens,
            "overlong_buffer_tokens must be smaller than max_response_tokens")
-    _check(cfg.behavior_logprobs in ("trainer", "sampler"),
-           f"behavior_logprobs must be trainer or sampler, got '{cfg.behavior_logprobs}'")
     _check(not (cfg.behavior_logprobs == "sampler" and cfg.engine != "hf" and cfg.algorithm == "seeds"
                 and cfg.seed_rule == "entropy"),
            "seed_rule=entropy needs the behavior policy's entropies, which vLLM does not return: use "
            "behavior_logprobs=trainer (one no-grad forward of the trained module gives them), or engine=hf")
-    _check(cfg.vllm_sleep_mode in ("auto", "on", "off"), f"vllm_sleep_mode must be auto, on or off, got "
-           f"'{cfg.vllm_sleep_mode}'")
     _check(cfg.vllm_max_model_len is None or cfg.vllm_max_model_len >= cfg.max_prompt_tokens + cfg.max_response_tokens,
            f"vllm_max_model_len={cfg.vllm_max_model_len} cannot hold a prompt of max_prompt_tokens="
            f"{cfg.max_prompt_tokens} plus max_response_tokens={cfg.max_response_tokens}; raise it or leave it null")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or an existing checkpoint path; '{cfg.resume}' does not exist")
-    # every algorithm's loss mask reads seed_loss (rows without a seed are unaffected), so it is always checked
-    _check(cfg.seed_loss in SEED_LOSSES, f"seed_loss must be one of {SEED_LOSSES}, got '{cfg.seed_loss}'")
     if cfg.algorithm == "seeds":
         _check(cfg.seed_refresh_interval >= 1, "seed_refresh_interval (T) must be >= 1")
-        _check(cfg.seed_rule in SEED_RULES, f"seed_rule must be one of {SEED_RULES}, got '{cfg.seed_rule}'")
         _check(0.0 <= cfg.seed_ratio <= 1.0, f"seed_ratio must lie in [0, 1], got {cfg.seed_ratio}")
         _check(cfg.seed_topk >= 1, "seed_topk must be >= 1")
-        _check(cfg.seed_stale_loss in ("clip", "m2po"), "seed_stale_loss must be clip or m2po")
         _check(cfg.seed_stale_loss != "m2po" or cfg.m2po_tau > 0, "m2po_tau must be > 0 (seed_stale_loss=m2po)")
     if cfg.algorithm == "luffy":
         _check(1 <= cfg.luffy_off_policy_per_group < cfg.samples_per_prompt,
@@ -342,8 +239,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            "sft_steps (supervised warm-up) applies to tiny:<size> models on embedded tasks; set it to 0")
     _check(cfg.sft_stop_loss >= 0, f"sft_stop_loss must be >= 0 (0: no early stop), got {cfg.sft_stop_loss}")
     if cfg.model.startswith("tiny:"):
-        _check(cfg.model.split(":", 1)[1] in ("1m", "2m", "5m", "20m"),
-               f"model '{cfg.model}': tiny sizes are tiny:1m, tiny:2m, tiny:5m, tiny:20m")
+        _check(cfg.model.split(":", 1)[1] in TINY_SIZES,
+               f"model '{cfg.model}': tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
 
 
 def loss_kwargs(cfg: Config) -> dict:
@@ -355,18 +252,3 @@ def loss_kwargs(cfg: Config) -> dict:
         "luffy": {"gamma": cfg.luffy_gamma},
         "m2po": {"tau": cfg.m2po_tau},
     }[cfg.algorithm]
-
-
-def to_dict(cfg: Config) -> dict:
-    d = dataclasses.asdict(cfg)
-    d["betas"] = list(cfg.betas)
-    return d
-
-
-def dump_config(cfg: Config, path: str | os.PathLike) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        yaml.safe_dump(to_dict(cfg), f, sort_keys=False)
-    os.replace(tmp, path)

@@ -16,9 +16,15 @@ same prompts in the same order.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+
+from contracts.jsonl import iter_jsonl
+from scoring.tasks import get_task
+from scoring.templates import lcb_question, render_prompt
 
 
 class DataError(ValueError):
@@ -31,23 +37,18 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     if not path.is_file():
         raise DataError(f"training data file '{path}' does not exist")
     text = path.read_text()
-    if path.suffix == ".json" or text.lstrip().startswith("["):
+    if not (path.suffix == ".json" or text.lstrip().startswith("[")):
         try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rows, list):
-            raise DataError(f"{path}: a .json data file must hold a JSON array of objects")
-        out = list(enumerate(rows, start=1))
-    else:
-        out = []
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append((lineno, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+            return list(iter_jsonl(path))   # contracts.jsonl: FILE:LINE errors
+        except ValueError as exc:
+            raise DataError(f"{exc}; each line must be one JSON object") from None
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(rows, list):
+        raise DataError(f"{path}: a .json data file must hold a JSON array of objects")
+    out = list(enumerate(rows, start=1))
     for lineno, row in out:
         if not isinstance(row, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
@@ -60,7 +61,6 @@ def load_examples(cfg) -> list[dict]:
     if cfg.algorithm == "luffy":
         required.append(cfg.off_policy_key)
     if not cfg.train_file:
-        from scoring.tasks import get_task
         task = get_task(cfg.task)
         rows = task.make_examples(cfg.num_train_examples, seed=cfg.seed, **cfg.task_kwargs)
         source = f"task '{cfg.task}'"
@@ -99,7 +99,6 @@ def load_examples(cfg) -> list[dict]:
                 raise DataError(f"{source}:{lineno}: {exc}") from None
         examples.append(ex)
     if skipped:
-        import sys
         print(f"{source}: left out {sum(skipped.values())} rows whose tests cannot be graded here "
               f"({', '.join(f'{k}: {v}' for k, v in sorted(skipped.items()))})", file=sys.stderr)
     if not examples:
@@ -108,6 +107,47 @@ def load_examples(cfg) -> list[dict]:
         pick = np.random.default_rng([cfg.seed, 4608]).choice(len(examples), cfg.max_train_examples, replace=False)
         examples = [examples[i] for i in sorted(pick)]
     return examples
+
+
+class Prompts(NamedTuple):
+    ids: list[list[int]]     # the templated prompt ids of the trainable examples
+    examples: list[dict]     # those examples
+    dropped: dict            # prompts left out: prompt_too_long, luffy_trace_too_long
+
+
+def tokenize_prompts(cfg, examples: list[dict], tokenizer) -> Prompts:
+    """The templated prompt ids of the examples that can be trained: prompts longer than ``max_prompt_tokens`` are
+    left out, and for LUFFY with ``luffy_long_traces=drop`` prompts whose off-policy trace (with EOS) exceeds
+    ``max_response_tokens``, as LUFFY's own data is filtered to traces that fit (a trace cut at the budget would
+    be trained as a response that never ends). Returns ids, the kept examples and the counts left out."""
+    prompt_ids, kept = [], []
+    counts = {"prompt_too_long": 0, "luffy_trace_too_long": 0}
+    drop_traces = cfg.algorithm == "luffy" and cfg.luffy_long_traces == "drop"
+    for ex in examples:
+        ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
+        if len(ids) > cfg.max_prompt_tokens:
+            counts["prompt_too_long"] += 1
+        elif drop_traces and len(off_policy_ids(tokenizer, ex, cfg.off_policy_key)) > cfg.max_response_tokens:
+            counts["luffy_trace_too_long"] += 1
+        else:
+            prompt_ids.append(ids)
+            kept.append(ex)
+    assert kept, (f"no trainable prompt: {counts['prompt_too_long']} are longer than max_prompt_tokens="
+                  f"{cfg.max_prompt_tokens}, {counts['luffy_trace_too_long']} have an off-policy trace longer than "
+                  f"max_response_tokens={cfg.max_response_tokens} (luffy_long_traces=drop); raise the budgets")
+    return Prompts(prompt_ids, kept, counts)
+
+
+def render(template: str, question: str, tokenizer) -> str:
+    """The prompt text of a question (``scoring.templates``; ``raw``: embedded tasks, the prompt is the question)."""
+    if template == "raw":
+        return question
+    return render_prompt(template, question, tokenizer)
+
+
+def off_policy_ids(tokenizer, example: dict, key: str) -> list[int]:
+    """The token ids of an example's off-policy trace (LUFFY), EOS appended: the response the trace stands for."""
+    return tokenizer(str(example[key]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
 # ------------------------------------------------------------------------------------------------ code data
@@ -147,7 +187,6 @@ _LCB_PREAMBLE = ("You are an expert Python programmer. You will be given a quest
 def code_question(statement: str, starter_code: str = "") -> str:
     """LiveCodeBench's user turn (``scoring.templates.lcb_question``) for a training statement: the repeated
     system-prompt opening removed, a statement that already is such a turn kept."""
-    from scoring.templates import lcb_question
     text = statement.strip()
     if text.startswith("### Question:"):
         return statement

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
+import warnings
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors import safe_open
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Shard
+
+from inference.hub import ModelSourceError
 
 
 @dataclass
@@ -70,7 +81,6 @@ def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) ->
     """
     if not d.enabled:
         return cast_for_compute(model, param_dtype)
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     layers = _decoder_layers(model)
     for layer in layers:
@@ -223,9 +233,6 @@ def materialize(model: torch.nn.Module, device: torch.device) -> torch.nn.Module
 def safetensors_index(path) -> dict[str, str]:
     """tensor name -> the file holding it, for a Hugging Face directory's ``model.safetensors`` or its sharded
     ``model.safetensors.index.json``; ``inference.hub.ModelSourceError`` (one line) when the directory has neither."""
-    import json
-    from pathlib import Path
-    from inference.hub import ModelSourceError
     path = Path(path)
     index = path / "model.safetensors.index.json"
     if index.is_file():
@@ -235,7 +242,6 @@ def safetensors_index(path) -> dict[str, str]:
         raise ModelSourceError(f"{path}: no model.safetensors(.index.json); on several ranks each rank reads its "
                                 f"own shard from safetensors files: re-save the model with save_pretrained "
                                 f"(safe_serialization=True) or train it on one process")
-    from safetensors import safe_open
     with safe_open(str(single), "pt") as f:
         return {k: str(single) for k in f.keys()}
 
@@ -243,7 +249,6 @@ def safetensors_index(path) -> dict[str, str]:
 def _dim0_rows(p) -> tuple[int, int]:
     """The rows [start, stop) of a DTensor parameter's global tensor that this rank holds: FSDP2's ``Shard(0)``
     splits dim 0 as ``torch.chunk`` does (chunks of ceil(D / N) rows, the last ones shorter or empty)."""
-    from torch.distributed.tensor import Shard
     assert tuple(p.placements) == (Shard(0),), f"expected FSDP2's Shard(0) placement, got {p.placements}"
     n, r, rows = p.device_mesh.size(), p.device_mesh.get_local_rank(), p.shape[0]
     chunk = -(-rows // n)
@@ -261,8 +266,6 @@ def load_shards(model: torch.nn.Module, path, d: Dist) -> torch.nn.Module:
     so no rank ever holds the whole model, and nothing is communicated. Buffers saved in the checkpoint are read
     whole; the others keep their constructed values. Names are the model's state-dict names (Llama, Qwen2, Qwen3:
     the checkpoint's); a tensor the files lack, or of another shape, is a ``ModelSourceError`` naming it."""
-    from safetensors import safe_open
-    from inference.hub import ModelSourceError
     index = safetensors_index(path)
     materialize(model, d.device)
     aliases: dict[int, list[str]] = {}
@@ -340,7 +343,6 @@ def _dcp_state(model, optimizer) -> dict:
     """This rank's shards of model and optimizer state, keyed by parameter name (torchtitan's recipe: sharded
     ``get_model_state_dict`` and ``get_optimizer_state_dict(flatten_optimizer_state_dict=True)``, so a checkpoint
     written by N ranks loads on M: DCP reshards by name and global offsets)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
     return {"model": get_model_state_dict(model),
             "optimizer": get_optimizer_state_dict(model, optimizer,
                                                   options=StateDictOptions(flatten_optimizer_state_dict=True))}
@@ -348,7 +350,6 @@ def _dcp_state(model, optimizer) -> dict:
 
 @contextlib.contextmanager
 def _quiet_single_process():
-    import warnings
     with warnings.catch_warnings():   # DCP says it saves "in a single process" each time: intended on one process
         warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process.*")
         yield
@@ -358,7 +359,6 @@ def save_sharded(model, optimizer, path, d: Dist) -> None:
     """Write model and optimizer state with torch.distributed.checkpoint: every rank writes its own shards into
     ``path`` (one ``__<rank>_0.distcp`` file each, ``.metadata`` by rank 0); nothing is gathered. Collective. One
     process (no process group) writes the same format."""
-    import torch.distributed.checkpoint as dcp
     with _quiet_single_process():
         dcp.save(_dcp_state(model, optimizer), checkpoint_id=str(path))
 
@@ -366,8 +366,6 @@ def save_sharded(model, optimizer, path, d: Dist) -> None:
 def load_sharded(model, optimizer, path, d: Dist) -> None:
     """Load what ``save_sharded`` wrote, whatever world size wrote it: each rank reads only the slices of its own
     shards. Collective."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
     state = _dcp_state(model, optimizer)
     with _quiet_single_process():
         dcp.load(state, checkpoint_id=str(path))

@@ -22,8 +22,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from inference.batching import micro_batches
+from inference.flat import build_layout, run_layout, unsupported_reason
+from inference.tiny import build_model, build_tokenizer
 from trainer.algos import logprobs_and_entropy
 from trainer.algos.entropy import (CHECKPOINT_MIN_ELEMENTS, DEFAULT_CHUNK_SIZE, _chunk_both,
                                    _chunk_both_entropy_detached)
@@ -89,10 +92,8 @@ def build_policy(model_name: str, *, dtype: torch.dtype, seed: int, meta: bool =
     ``meta=True`` (a directory): the model's parameters are left on the ``meta`` device, its buffers built
     (``trainer.fsdp.params_on_meta``), and no weight is read: ``trainer.fsdp.load_shards`` fills it once sharded.
     Otherwise the whole model is loaded (``from_pretrained``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     if model_name.startswith("tiny:"):
         assert not meta, "a tiny: model is built, not loaded: there is nothing to read shard by shard"
-        from inference.tiny import build_model, build_tokenizer
         tokenizer = build_tokenizer()
         model = build_model(model_name.split(":", 1)[1], tokenizer, seed=seed).to(dtype)
     else:
@@ -144,7 +145,6 @@ def engine_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device
     there, so it costs 2 bytes per parameter in bf16 and no fp32 copy of the master is ever made (a ``deepcopy``
     of the fp32 model cost 4, 28 GB per GPU at 7B). Buffers are the model's own (cloned, in their dtype); the
     parameters are uninitialised until ``trainer.fsdp.copy_full_weights`` fills them."""
-    from transformers import AutoModelForCausalLM
     with params_on_meta():
         out = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=dtype)
     materialize(out, device)
@@ -179,7 +179,6 @@ def use_flat(model, forward: str) -> bool:
     ``flat`` always (an unsupported model is an error), ``model`` never."""
     if forward == "model":
         return False
-    from inference.flat import unsupported_reason
     reason = unsupported_reason(model)
     if forward == "flat" and reason is not None:
         raise ValueError(f"train_forward=flat cannot run this model: {reason}; use train_forward=auto or model")
@@ -301,7 +300,6 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
 
 def _flat_logprobs(model, prompts, responses, *, device, temperature: float, entropy_grad: bool,
                    chunk_tokens: int):
-    from inference.flat import build_layout, run_layout
     n, R = len(prompts), max(1, max(len(r) for r in responses))
     logp = torch.zeros(n, R, device=device)
     ent = torch.zeros(n, R, device=device)

@@ -27,7 +27,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+
+from inference.hub import ModelSourceError, is_hub_id, offline, resolve_model
+from inference.tiny import build_tokenizer
+from scoring.rewards import CODE_TASKS, GRADERS, code_workers, grade_code_batch, grade_task_batch
+from scoring.sandbox import isolation
+from scoring.tasks import get_task
+from scoring.templates import BOXED_INSTRUCTION, TEMPLATES, render_prompt
 from trainer.config import Config
+from trainer.data import DataError, code_fields, get_field, load_examples
 
 # Hub data sets whose published layout we know (their dataset cards), so the column names of a preset can be
 # checked without downloading them. KlearReasoner-CodeSub-15K: the card's "Data Fields" and example row.
@@ -76,7 +86,6 @@ def preflight(cfg: Config) -> list[Check]:
 
 # ---------------------------------------------------------------------------------------------------- template
 def check_template(cfg: Config) -> Check:
-    from scoring.templates import TEMPLATES
     if cfg.template not in TEMPLATES:
         return Check("template", "fail", f"unknown template '{cfg.template}'; choose one of {sorted(TEMPLATES)}")
     want = TASK_TEMPLATES.get(cfg.task)
@@ -97,24 +106,20 @@ def check_template(cfg: Config) -> Check:
 
 # ------------------------------------------------------------------------------------------------------ reward
 def check_reward(cfg: Config) -> Check:
-    from scoring.rewards import CODE_TASKS, GRADERS, grade_responses
     if cfg.task not in GRADERS:
         return Check("reward", "fail", f"no reward for task '{cfg.task}'; choose one of {sorted(GRADERS)}")
     try:
         if cfg.task == "math":
-            got = grade_responses("math", ["so \\boxed{12}", "so \\boxed{13}"], [{"answer": "12"}, {"answer": "12"}])
+            got = grade_task_batch("math", ["so \\boxed{12}", "so \\boxed{13}"], [{"answer": "12"}, {"answer": "12"}])
         elif cfg.task in CODE_TASKS:
-            from scoring.rewards import grade_code_batch
-            from scoring.sandbox import isolation
             iso = isolation()
             ex = {"testtype": "stdin", "tests": [{"input": "2 3\n", "output": "5"}]}
             right = "```python\na,b=map(int,input().split())\nprint(a+b)\n```"
             wrong = "```python\na,b=map(int,input().split())\nprint(a-b)\n```"
             got = grade_code_batch([right, wrong], [ex, dict(ex)], workers=2)
         else:
-            from scoring.tasks import get_task
             [ex] = get_task(cfg.task).make_examples(1, seed=0, **cfg.task_kwargs)
-            got = grade_responses(cfg.task, [ex["solution"], ""], [ex, ex])
+            got = grade_task_batch(cfg.task, [ex["solution"], ""], [ex, ex])
     except Exception as exc:   # the point of the check: report whatever stops the reward from being built
         return Check("reward", "fail", f"the '{cfg.task}' reward cannot be built: {type(exc).__name__}: {exc}")
     verdicts = [v.verdict for v in got]
@@ -124,7 +129,6 @@ def check_reward(cfg: Config) -> Check:
                                        f"{verdicts} (want pass, then a failure): {detail}")
     note = ""
     if cfg.task in CODE_TASKS:
-        from scoring.rewards import code_workers
         note = (f"; sandbox {'fully isolated' if iso.full else 'NOT fully isolated: ' + iso.reason}, "
                 f"{code_workers()} grading processes per rank")
     return Check("reward", "ok", f"'{cfg.task}' grades a known-right answer pass and a known-wrong one "
@@ -151,7 +155,6 @@ def _ability_mismatch(cfg: Config, examples: list[dict]) -> str | None:
 
 
 def check_data(cfg: Config) -> tuple[Check, list[dict]]:
-    from trainer.data import DataError, code_fields, get_field, load_examples
     if not cfg.train_file:
         try:
             examples = load_examples(cfg)
@@ -201,10 +204,8 @@ def check_data(cfg: Config) -> tuple[Check, list[dict]]:
 def _offline_tokenizer(cfg: Config):
     """(tokenizer, where) when the model's tokenizer is on this machine, else (None, why not)."""
     if cfg.model.startswith("tiny:"):
-        from inference.tiny import build_tokenizer
         return build_tokenizer(), "the tiny character tokenizer"
     try:
-        from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(cfg.model, local_files_only=True)
     except Exception as exc:
         return None, f"the tokenizer of '{cfg.model}' is not on this machine ({type(exc).__name__})"
@@ -214,7 +215,6 @@ def _offline_tokenizer(cfg: Config):
 def check_prompt(cfg: Config, examples: list[dict]) -> Check:
     if not examples:
         return Check("prompt", "skip", "no rows to render")
-    from scoring.templates import BOXED_INSTRUCTION, render_prompt
     tok, where = _offline_tokenizer(cfg)
     try:
         text = examples[0]["prompt"] if cfg.template == "raw" else render_prompt(cfg.template, examples[0]["prompt"], tok)
@@ -249,7 +249,6 @@ def check_model(cfg: Config) -> Check:
             return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
                                           f"model directory")
         return Check("model", "ok", f"local model directory '{cfg.model}'")
-    from inference.hub import ModelSourceError, is_hub_id, offline, resolve_model
     if not is_hub_id(cfg.model):
         return Check("model", "fail", f"model={cfg.model}: no such model folder (and not a hub id of the form owner/name)")
     try:
@@ -286,7 +285,6 @@ def required_packages(cfg: Config, *, cuda: bool | None = None, world_size: int 
     """The modules the run ``cfg`` describes imports on its way, on a machine with (``cuda``; None: this one) or
     without CUDA and ``world_size`` ranks: what a fresh install must provide before step 0, so that a missing
     package is named before a model is built, not met as an ImportError after the first download."""
-    import torch
     cuda = torch.cuda.is_available() if cuda is None else cuda
     reqs = [Requirement(m, d, "", "every run") for m, d in _CORE.items()]
     if cfg.engine == "vllm":   # (engine=auto takes the HF engine where vLLM is missing: inference.engines)

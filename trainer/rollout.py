@@ -17,6 +17,7 @@ which the engine draws that row from alone, so N ranks sample exactly the rows o
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -24,11 +25,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
-from trainer.fsdp import Dist, all_gather_objects
-from trainer.policy import score
-from scoring.rewards import grade_responses, reward_of
+from inference import make_sampler, resolve_engine
 from inference.protocol import Completion
+from scoring.rewards import grade_task_batch, reward_of
+from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
+from trainer.checkpoint import CheckpointError
+from trainer.data import off_policy_ids
+from trainer.fsdp import Dist, all_gather_objects, compute_dtype, copy_full_weights
+from trainer.policy import engine_copy, score
 
 
 @dataclass
@@ -54,13 +58,28 @@ class Rollout:
     verdict: str = ""                # what the grader said (scoring.verdict); grader_error/timeout: not graded
     advantage: float = 0.0
     response_text: str = ""
-    # the row's index among the step's rows (``trainer.train.collect_step``): the same on every rank, so per-row
+    # the row's index among the step's rows (``trainer.sampling.collect_step``): the same on every rank, so per-row
     # records computed on one rank and gathered stay attached to their row (a memory address would not)
     uid: int = -1
 
     @property
     def off_policy(self) -> bool:
         return self.variant == "luffy_off"
+
+
+def split_groups(rows: list[Rollout]) -> list[list[Rollout]]:
+    """Rows by group, in the order the groups first appear."""
+    groups: dict[int, list[Rollout]] = {}
+    for r in rows:
+        groups.setdefault(r.group, []).append(r)
+    return list(groups.values())
+
+
+def row_key(r: Rollout) -> int:
+    """The key of a row's per-row records: its ``uid`` (the same on every rank, set by ``collect_step``); rows built
+    by hand that never went through it (tests, library callers of ``backward_minibatch``) are keyed by their
+    identity, valid within this process only."""
+    return r.uid if r.uid >= 0 else id(r)
 
 
 def mix_seed(*parts: int) -> int:
@@ -88,11 +107,6 @@ def rank_rows(n_rows: int, rank: int, world_size: int) -> range:
     sampling refill of any size) the blocks stay as even as rows allow and a group cut at a block boundary is
     sampled on two (or, with fewer rows than ranks per group, more) ranks."""
     return range(rank * n_rows // world_size, (rank + 1) * n_rows // world_size)
-
-
-def off_policy_ids(tokenizer, example: dict, key: str) -> list[int]:
-    """The token ids of an example's off-policy trace (LUFFY), EOS appended: the response the trace stands for."""
-    return tokenizer(str(example[key]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
 @dataclass
@@ -280,13 +294,13 @@ class RolloutBuilder:
     def reward(self, rows: list[Rollout]) -> list[Rollout]:
         """Decode and grade rows (sharded across ranks, then gathered): the verdict, and the reward 1/0 from it
         plus DAPO's overlong shaping when enabled. An ungraded row (grader_error, grader timeout) gets reward 0
-        here and is the step's to count and leave out (``trainer.train.filter_ungraded``)."""
+        here and is the step's to count and leave out (``trainer.sampling.filter_ungraded``)."""
         cfg, d = self.cfg, self.d
         for r in rows:
             r.response_text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
         mine = list(range(d.rank, len(rows), d.world_size))
-        verdicts = grade_responses(cfg.task, [rows[i].response_text for i in mine],
-                                   [self.examples[rows[i].example_idx] for i in mine])
+        verdicts = grade_task_batch(cfg.task, [rows[i].response_text for i in mine],
+                                    [self.examples[rows[i].example_idx] for i in mine])
         merged = {}
         for part in all_gather_objects(dict(zip(mine, verdicts)), d):
             merged.update(part)
@@ -305,7 +319,7 @@ class RolloutBuilder:
 
     def _off_policy_trace(self, ex: int) -> tuple[list[int], str]:
         """LUFFY's trace of example ``ex`` with EOS; longer than the budget only with ``luffy_long_traces=truncate``
-        (``drop`` left those prompts out at load time, ``trainer.train.tokenize_prompts``)."""
+        (``drop`` left those prompts out at load time, ``trainer.data.tokenize_prompts``)."""
         ids = off_policy_ids(self.tokenizer, self.examples[ex], self.cfg.off_policy_key)
         if len(ids) > self.cfg.max_response_tokens:
             return ids[: self.cfg.max_response_tokens], "length"
@@ -329,3 +343,43 @@ class RolloutBuilder:
         self.stale_queue = state["stale_queue"]
         self.generated_tokens = state["generated_tokens"]
 
+
+# ----------------------------------------------------------------------------------------------------------
+# the rollout engine over the trained model
+# ----------------------------------------------------------------------------------------------------------
+def make_rollout_engine(cfg, model, tokenizer, d: Dist, *, sampler_builder=None):
+    """The sampler over the trained model (already sharded and loaded) and the module it samples from. One
+    process: the HF engine shares the trained module. Several ranks: the HF engine samples from an unsharded copy
+    in the compute dtype (``trainer.policy.engine_copy``: built on the meta device, no fp32 copy) that
+    ``sync_rollout_weights`` fills, here and every step; vLLM loads the checkpoint directory itself and is pushed
+    the sharded model's weights. ``sampler_builder``: replaces ``inference.make_sampler`` (same signature).
+    Collective on several ranks."""
+    build = sampler_builder or make_sampler
+    engine = resolve_engine(cfg.engine, model=model)
+    engine_model = model
+    if d.enabled and engine == "hf":
+        engine_model = engine_copy(model, compute_dtype(model), d.device)
+        copy_full_weights(engine_model, model)
+    kw = {"ignore_eos": True} if cfg.ignore_eos else {}
+    kw["max_batch_size"] = cfg.rollout_batch_size
+    if engine == "vllm":
+        if d.enabled and not os.path.isdir(str(getattr(model, "name_or_path", "") or "")):
+            # each rank's engine loads a model folder and is then pushed the shards; a sharded module cannot be
+            # saved as one (a fresh tiny: model without sft_steps has no folder)
+            raise CheckpointError(f"model={cfg.model}: engine=vllm on {d.world_size} ranks needs a model "
+                                  f"folder or hub id for the engines to load (or tiny: with sft_steps > 0)")
+        kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        kw["max_model_len"] = cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
+        kw["enable_sleep_mode"] = {"auto": None, "on": True, "off": False}[cfg.vllm_sleep_mode]
+        kw["seed"] = cfg.seed
+    return build(engine_model, tokenizer, engine=engine, **kw), engine_model
+
+
+def sync_rollout_weights(sampler, engine_model, model) -> None:
+    """Give the rollout engine the current weights: HF on one process shares the module (nothing to copy);
+    HF on several ranks overwrites its compute-dtype copy one gathered tensor at a time
+    (``trainer.fsdp.copy_full_weights``: one full tensor in flight, never a state dict); vLLM gets the weights
+    pushed, also one tensor at a time."""
+    if engine_model is not model:
+        copy_full_weights(engine_model, model)
+    sampler.update_weights(engine_model)

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scoring.tasks import TASKS, get_task
 from scoring.tasks.make import add_difficulty_args, difficulty_from_args
@@ -263,8 +264,6 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = build_tokenizer()
         model = build_model(args.model, tokenizer, seed=args.seed)
     else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
 

@@ -14,10 +14,11 @@ The building blocks (`clipped_policy_loss`, `luffy_policy_loss`, `m2po_policy_lo
 masks) stay importable for analysis and tests.
 """
 
-from trainer.algos.advantages import ADVANTAGE_SCALES, group_advantages, zero_variance_groups
+from trainer.algos.advantages import ADVANTAGE_SCALES, AdvScale, group_advantages, zero_variance_groups
 from trainer.algos.entropy import logprobs_and_entropy, token_entropy, token_logprobs
 from trainer.algos.losses import (
     AGGREGATE_MODES,
+    LossAgg,
     broadcast_adv,
     clipped_policy_loss,
     loss_denominator,
@@ -26,9 +27,12 @@ from trainer.algos.losses import (
 )
 from trainer.algos.luffy import luffy_policy_loss
 from trainer.algos.m2po import m2po_mask, m2po_policy_loss
-from trainer.algos.objectives import LOSSES, STALE_LOSSES, TokenBatch, loss_mask
+from trainer.algos.objectives import LOSSES, STALE_LOSSES, Algorithm, StaleLoss, TokenBatch, loss_mask
 from trainer.algos.seeds import (
     SEED_LOSS_VARIANTS,
+    SEED_RULES,
+    SeedLoss,
+    SeedRule,
     entropy_seed_lengths,
     ratio_seed_lengths,
     seed_loss_mask,
@@ -43,7 +47,14 @@ __all__ = [
     "AGGREGATE_MODES",
     "LOSSES",
     "SEED_LOSS_VARIANTS",
+    "SEED_RULES",
     "STALE_LOSSES",
+    "AdvScale",
+    "Algorithm",
+    "LossAgg",
+    "SeedLoss",
+    "SeedRule",
+    "StaleLoss",
     "TokenBatch",
     "broadcast_adv",
     "clipped_policy_loss",

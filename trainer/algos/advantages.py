@@ -8,10 +8,14 @@ where g is the group (prompt) of response i and std is the unbiased (N−1) esti
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 from torch import Tensor
 
-ADVANTAGE_SCALES = ("std", "none")
+AdvScale = Literal["std", "none"]   # the config's `adv_scale` is typed with this
+ADVANTAGE_SCALES = typing.get_args(AdvScale)
 
 
 def _group_index(group_ids: Tensor) -> tuple[Tensor, int]:  # group_ids [N] -> inverse [N], num groups

@@ -12,10 +12,15 @@ with clip-higher ε_low = 0.2, ε_high = 0.28 (Yu et al. 2025). The optional dua
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 from torch import Tensor
 
-AGGREGATE_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm")
+# the reduction modes (the config's `loss_agg` is typed with this; the tuple is derived from it)
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum-norm"]
+AGGREGATE_MODES = typing.get_args(LossAgg)
 
 # exp(±20) is far outside any trust region; clamping the log-ratio keeps padding or a badly stale token from
 # overflowing to inf (whose gradient is NaN even when the token is masked out afterwards).

@@ -23,7 +23,9 @@ zeros of its loss, not holes in the mask, so its denominator counts all tokens.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -33,7 +35,8 @@ from trainer.algos.luffy import luffy_policy_loss
 from trainer.algos.m2po import m2po_policy_loss
 from trainer.algos.seeds import seed_loss_mask, seed_old_logp, seed_token_mask
 
-STALE_LOSSES = ("clip", "m2po")
+StaleLoss = Literal["clip", "m2po"]   # the config's `seed_stale_loss`
+STALE_LOSSES = typing.get_args(StaleLoss)
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,11 @@ def m2po_loss(b: TokenBatch, *, tau: float) -> tuple[Tensor, dict[str, Tensor]]:
     return m2po_policy_loss(b.logp, b.behavior_logp, b.adv, b.response_mask, tau=tau, keep=b.keep)
 
 
+Algorithm = Literal["dapo", "seeds", "luffy", "m2po"]   # the config's `algorithm`: the keys of LOSSES
 LOSSES = {
     "dapo": dapo_loss,
     "seeds": seeds_loss,
     "luffy": luffy_loss,
     "m2po": m2po_loss,
 }
+assert tuple(LOSSES) == typing.get_args(Algorithm), "every algorithm has one LOSSES entry"

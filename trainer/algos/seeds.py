@@ -11,13 +11,18 @@ seed h_i = õ_i[:m_i]; the current policy continues it, o_i = h_i ⊕ y_i. This 
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-SEED_LOSS_VARIANTS = ("state+action", "state")
+SeedLoss = Literal["state+action", "state"]   # the config's `seed_loss`
+SEED_LOSS_VARIANTS = typing.get_args(SeedLoss)
+SeedRule = Literal["ratio", "entropy"]   # the config's `seed_rule`: ratio_seed_lengths | entropy_seed_lengths
+SEED_RULES = typing.get_args(SeedRule)
 
 # Ratios are turned into fractions with at most this denominator, so 0.3 is exactly 3/10 and
 # round-half-up is decided in integer arithmetic (7 · 0.3 + 0.5 = 2.6 and 5 · 0.5 + 0.5 = 3 exactly).

@@ -1,0 +1,213 @@
+"""The update of one rollout batch: advantages, the micro-batch loop (loss, backward), the optimizer steps.
+
+Every algorithm's per-token loss is one entry of ``trainer.algos.LOSSES`` (hyperparameters from
+``trainer.config.loss_kwargs``), reduced by ``reduce_loss`` over the one denominator of the whole mini-batch
+(``loss_denominator``: all its micro-batches and ranks), so neither the micro-batch split nor the world size changes
+the gradient (STYLE §5). This module builds the tensors, looks the loss up and calls it; the optimizer is AdamW with
+a warmup and a constant or cosine schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from inference.batching import micro_batches
+from trainer.algos import LOSSES, TokenBatch, group_advantages, loss_denominator, loss_mask, m2po_mask, reduce_loss
+from trainer.config import Config, loss_kwargs
+from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm
+from trainer.policy import _DTYPES, response_logprobs, score, use_flat
+from trainer.rollout import Rollout, row_key, split_groups
+
+
+@dataclass
+class TokenRecord:
+    """One row's per-token values from the update, each a list over its L response tokens: what the rollout records
+    store (``contracts.records``) and the step's metrics read."""
+    logp_old: list[float]       # log pi_old: the trainer's log-prob before the step's first optimizer update
+    entropy: list[float]
+    ratio: list[float]          # the loss's ratio (r, or LUFFY's f(pi) on off-policy tokens)
+    clipped_low: list[bool]
+    clipped_high: list[bool]
+    loss_mask: list[bool]       # the tokens the loss counts
+
+
+class MiniBatchResult(NamedTuple):
+    loss: float                         # the mini-batch's loss summed over this rank's micro-batches
+    records: dict[int, TokenRecord]     # by ``row_key``: this rank's rows
+
+
+class UpdateResult(NamedTuple):
+    metrics: dict                       # ppo/loss (mean over ranks and mini-batches), ppo/grad_norm, ppo/lr
+    records: dict[int, TokenRecord]     # by ``row_key``: this rank's rows
+
+
+def assign_advantages(rows: list[Rollout], cfg: Config) -> None:
+    rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
+    groups = torch.tensor([r.group for r in rows], dtype=torch.long)
+    adv = group_advantages(rewards, groups, scale=cfg.adv_scale)
+    for r, a in zip(rows, adv.tolist()):
+        r.advantage = a
+
+
+def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=math.nan) -> torch.Tensor:
+    out = torch.full((len(rows), R), fill, dtype=torch.float32)  # [n, R]
+    if values is not None:
+        for i, v in enumerate(values):
+            if v is not None:
+                out[i, : len(v)] = torch.as_tensor(v, dtype=torch.float32)
+    return out
+
+
+def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None) -> TokenBatch:
+    """The tensors of a micro-batch's rows that the policy losses read (``trainer.algos.TokenBatch``)."""
+    dev, R = logp.device, logp.shape[1]
+    return TokenBatch(
+        logp=logp, old_logp=old_logp, response_mask=resp_mask,
+        adv=torch.tensor([r.advantage for r in rows], dtype=torch.float32, device=dev),
+        seed_lens=torch.tensor([r.seed_len for r in rows], dtype=torch.long, device=dev),
+        behavior_logp=_stack(rows, [r.behavior_logp for r in rows], R).to(dev),
+        off_policy=torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=dev),
+        keep=keep,
+    )
+
+
+def rows_loss_mask(cfg: Config, rows: list[Rollout]) -> torch.Tensor:
+    """The loss mask [n, longest response] of rows, from their lengths alone (for the step's denominator)."""
+    lengths = torch.tensor([len(r.response_ids) for r in rows], dtype=torch.long)
+    resp = torch.arange(max(1, int(lengths.max()))).unsqueeze(0) < lengths.unsqueeze(1)
+    return loss_mask(resp, torch.tensor([r.seed_len for r in rows], dtype=torch.long), seed_loss=cfg.seed_loss)
+
+
+def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
+                       old: dict | None = None, keep: dict | None = None) -> MiniBatchResult:
+    """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
+
+    The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
+    (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
+    ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (keyed by
+    ``row_key``). A rank with fewer micro-batches than the others runs dummy ones (loss times 0) so every rank
+    calls the same collectives.
+    """
+    agg = cfg.loss_agg
+    denom = loss_denominator(rows_loss_mask(cfg, rows), mode=agg, max_len=cfg.max_response_tokens)
+    policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
+    forward = "flat" if use_flat(model, cfg.train_forward) else "model"
+    split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
+                                 tokens=cfg.micro_batch_tokens, rank=d.rank, world_size=d.world_size,
+                                 prompt_keys=[tuple(r.prompt_ids) for r in rows] if forward == "flat" else None)
+    mbs = [[rows[i] for i in mb] for mb in split]
+    total, records = 0.0, {}
+    for b in range(n_mbs):
+        dummy = b >= len(mbs)
+        mb = mbs[b] if not dummy else rows[d.rank::d.world_size][:1] or rows[:1]
+        logp, ent, resp_mask = response_logprobs(model, [r.prompt_ids for r in mb], [r.response_ids for r in mb],
+                                                 pad_id=pad_id, device=d.device, temperature=cfg.temperature,
+                                                 entropy_grad=bool(cfg.entropy_coef), forward=forward)  # [n, R] each
+        R = logp.shape[1]
+        old_logp = logp.detach() if old is None else _stack(mb, [old[row_key(r)] for r in mb], R, 0.0).to(logp.device)
+        keep_t = None if keep is None else _stack(mb, [keep[row_key(r)] for r in mb], R, 0.0).to(logp.device).bool()
+        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t)
+        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss)
+        loss_mat, stats = policy_loss(batch, **hyper)
+        loss = reduce_loss(loss_mat, mask, mode=agg, denominator=denom)
+        if cfg.entropy_coef:  # the bonus: a token sum over response tokens, over the same denominator
+            loss = loss - cfg.entropy_coef * reduce_loss(ent, resp_mask, mode="token-mean", denominator=denom)
+        if dummy:
+            loss = loss * 0.0
+        loss.backward()
+        if dummy:
+            continue
+        total += float(loss.detach())
+        for i, r in enumerate(mb):
+            L = len(r.response_ids)
+            records[row_key(r)] = TokenRecord(
+                logp_old=old_logp[i, :L].tolist(), entropy=ent[i, :L].detach().tolist(),
+                ratio=stats["ratio"][i, :L].tolist(), clipped_low=stats["clipped_low"][i, :L].tolist(),
+                clipped_high=stats["clipped_high"][i, :L].tolist(), loss_mask=mask[i, :L].tolist())
+    return MiniBatchResult(total, records)
+
+
+def uses_m2po_mask(cfg: Config) -> bool:
+    """Whether the loss reads M2PO's keep-mask (M2PO, or Thinking Seeds with ``seed_stale_loss=m2po``)."""
+    return cfg.algorithm == "m2po" or (cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
+
+
+def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
+    """M2PO's trust-region mask over the whole mini-batch, from log-probs taken before the update."""
+    if not uses_m2po_mask(cfg):
+        return None
+    R = max(len(r.response_ids) for r in rows)
+    logp = _stack(rows, [old[row_key(r)] for r in rows], R, 0.0)  # [n, R]
+    behavior = _stack(rows, [r.behavior_logp for r in rows], R)  # [n, R], NaN where there is no behavior log-prob
+    valid = ~torch.isnan(behavior)
+    adv = torch.tensor([r.advantage for r in rows])
+    keep = m2po_mask(logp, behavior.nan_to_num(0.0), adv, valid, tau=cfg.m2po_tau)
+    return {row_key(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
+
+
+def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int) -> UpdateResult:
+    """One rollout batch: ``mini_batches_per_step`` optimizer updates over whole groups."""
+    groups = split_groups(rows)
+    per = math.ceil(len(groups) / cfg.mini_batches_per_step)
+    minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
+    need_old = cfg.mini_batches_per_step > 1 or uses_m2po_mask(cfg)
+    old = None
+    if need_old:  # pi_old before any update of this step
+        logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
+                        micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
+                        micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+        old = {row_key(r): lp.tolist() for r, lp in zip(rows, logp)}
+        if cfg.algorithm == "m2po":
+            for r in rows:   # a fresh refill group (refill=fresh): its behavior policy is the current one, r = 1
+                if r.behavior_logp is None:
+                    r.behavior_logp = old[row_key(r)]
+    losses, norms, records = [], [], {}
+    for mini in minis:
+        optimizer.zero_grad(set_to_none=True)
+        keep = m2po_keep_masks(cfg, mini, old) if old is not None else None
+        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep)
+        norms.append(float(clip_grad_norm(model, cfg.max_grad_norm)))
+        optimizer.step()
+        losses.append(loss)
+        records.update(rec)
+    scheduler.step()
+    loss = all_reduce_values([sum(losses) / len(losses)], d)[0]
+    metrics = {"ppo/loss": loss, "ppo/grad_norm": sum(norms) / len(norms), "ppo/lr": scheduler.get_last_lr()[0]}
+    return UpdateResult(metrics, records)
+
+
+def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
+    """AdamW, fused (one kernel over all parameters) on CPU and CUDA: torch's default on CPU is a Python loop of
+    ~10 small ops per parameter tensor, 4x slower even at one thread and far slower when threads are contended.
+    Its moments take the parameters' dtype: the master dtype (``master_dtype``, fp32 unless pure bf16)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    master = _DTYPES[cfg.master_dtype]
+    wrong = sorted({str(p.dtype) for p in params if p.is_floating_point() and p.dtype != master})
+    assert not wrong, f"parameters in {wrong}, master_dtype={cfg.master_dtype}: build the model in the master dtype"
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, fused=fused)
+
+
+def make_scheduler(optimizer, cfg: Config):
+    """Linear warmup over ``warmup_steps``, then constant or cosine to 0 at ``total_steps`` (``lr_schedule``)."""
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "cosine":
+            progress = (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def skip_update(scheduler) -> None:
+    """A step whose sampling bound was hit with no informative group: no optimizer update, but the schedule follows
+    steps, updated or not (torch warns about a scheduler step without an optimizer step: intended here)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        scheduler.step()

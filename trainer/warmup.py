@@ -1,0 +1,127 @@
+"""Where the policy starts: the tiny supervised warm-up (the one home of it) and a hub id's local snapshot.
+
+``build_warmup`` builds a fresh ``inference.tiny`` model, trains it with ``trainer.sft.sft`` on a task's solver
+traces and saves it atomically with ``warmup_summary.json`` inside; a folder that already holds the summary is read,
+not rebuilt. It runs at a fixed torch thread count (``threads``, restored afterwards): CPU matmul reductions depend
+on the thread count, and addition or countdown are learnt in a sharp transition, so the same preset's warm-up at 1
+and at 2 threads landed at 51.8 % and 33.3 % held-out (issue 22). The trainer (``warm_start``), the demos and the
+tests' ``sft_policy_dir`` fixture all build their warm-up here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from inference.hub import ModelSourceError, resolve_model
+from inference.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
+from scoring.tasks import get_task
+from trainer.config import Config
+from trainer.fsdp import Dist, all_gather_objects_patiently, barrier
+from trainer.sft import sft
+
+SUMMARY = "warmup_summary.json"
+TRAINER_POOL = 4000        # solver traces the trainer's tiny warm-up draws from the task
+TRAINER_POOL_SEED = 7919   # added to the config's seed: the pool is not the RL prompt stream
+
+
+def read_warmup(path: str | os.PathLike) -> dict | None:
+    """The summary of a finished warm-up folder, None when ``path`` holds none (missing or never finished)."""
+    summary = Path(path) / SUMMARY
+    return json.loads(summary.read_text()) if summary.is_file() else None
+
+
+def build_warmup(path: str | os.PathLike, *, size: str, examples: Sequence[dict], steps: int,
+                 stop_loss: float | None = None, lr: float = 3e-3, batch_size: int = 64, seed: int = 0,
+                 threads: int = 1, log: Callable[[str], None] | None = None, log_every: int = 0,
+                 summary_extra: dict | None = None) -> dict:
+    """The supervised warm-up checkpoint at ``path``: a ``tiny:<size>`` model (initialised with ``seed``) trained by
+    ``trainer.sft.sft`` on ``examples`` (rows with ``prompt`` and ``solution``) for at most ``steps`` steps of
+    ``batch_size`` (stopping once the mean loss of the last 20 steps is <= ``stop_loss``; None or 0: never), batch
+    order from ``seed``, at ``threads`` torch threads. Saved atomically (``inference.tiny.save_pretrained_atomic``)
+    with ``warmup_summary.json``; a finished folder is read instead. Returns the summary: size, pool, steps taken,
+    max_steps, stop_loss, stopped_early, loss_first, loss_last, time_s, lr, batch_size, seed, threads, and
+    ``summary_extra``. ``log`` gets a header, sft's progress every ``log_every`` steps (0: none) and a last line."""
+    path = Path(path)
+    done = read_warmup(path)
+    if done is not None:
+        if log:
+            log(f"warm-up checkpoint exists: {path}")
+        return done
+    stop_loss = stop_loss or None
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tokenizer = build_tokenizer()
+        model = build_model(size, tokenizer, seed=seed)
+        if log:
+            log(f"supervised warm-up: tiny:{size} ({num_parameters(model) / 1e6:.2f}M parameters) on {len(examples)} "
+                f"solver traces, at most {steps} steps of {batch_size}, lr {lr:g}"
+                + (f", stop at mean loss <= {stop_loss:g}" if stop_loss else "") + f", {threads} thread(s) -> {path}")
+        stats = sft(model, tokenizer, examples, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                    stop_loss=stop_loss, log_every=log_every or steps,
+                    log=(lambda m: log(f"  {m}")) if log and log_every else None)
+    finally:
+        torch.set_num_threads(before)
+    summary = {"size": size, "pool": len(examples), "steps": stats["steps"], "max_steps": steps,
+               "stop_loss": stop_loss or 0.0, "stopped_early": stats["stopped_early"],
+               "loss_first": stats["loss_first"], "loss_last": stats["loss_last"], "time_s": stats["time_s"],
+               "lr": lr, "batch_size": batch_size, "seed": seed, "threads": threads, **(summary_extra or {})}
+    save_pretrained_atomic(model, tokenizer, path, extra_files={SUMMARY: summary})
+    if log:
+        log(f"supervised warm-up: {stats['steps']} steps, loss {stats['loss_first']:.3f} -> "
+            f"{stats['loss_last']:.3f}, {stats['time_s']:.0f} s -> {path}")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the trainer's start: a tiny warm-up (cached) or a hub id's snapshot
+# ----------------------------------------------------------------------------------------------------------
+def sft_cache_dir(cfg: Config) -> Path:
+    """Where the supervised warm-up of a ``tiny:<size>`` config is cached: one folder per size, task, task
+    arguments, step budget, stop loss and seed."""
+    size = cfg.model.split(":", 1)[1]
+    kw = "-".join(f"{k}{v}" for k, v in sorted(cfg.task_kwargs.items()))
+    stop = f"-stop{cfg.sft_stop_loss:g}" if cfg.sft_stop_loss else ""
+    name = f"{size}-{cfg.task}{kw and '-' + kw}-{cfg.sft_steps}steps{stop}-seed{cfg.seed}"
+    return Path(cfg.output_dir) / "_sft_cache" / name
+
+
+def warm_start(cfg: Config, d: Dist) -> str:
+    """The directory the policy loads from: a hub id's local snapshot (``hub_snapshot``); for ``tiny:<size>`` with
+    ``sft_steps``, the supervised warm-up checkpoint (built once by rank 0 at one thread, then cached)."""
+    if not (cfg.model.startswith("tiny:") and cfg.sft_steps):
+        return hub_snapshot(cfg.model, d)
+    path = sft_cache_dir(cfg)
+    if d.is_main:
+        examples = get_task(cfg.task).make_examples(TRAINER_POOL, seed=cfg.seed + TRAINER_POOL_SEED,
+                                                    **cfg.task_kwargs)
+        build_warmup(path, size=cfg.model.split(":", 1)[1], examples=examples, steps=cfg.sft_steps,
+                     stop_loss=cfg.sft_stop_loss, seed=cfg.seed, log=lambda m: print(m, file=sys.stderr))
+    barrier(d)
+    return str(path)
+
+
+def hub_snapshot(name: str, d: Dist) -> str:
+    """A hub id becomes the local directory of its snapshot in the Hugging Face cache (``inference.hub``), fetched
+    once per node: local rank 0 downloads what is missing while every other rank waits on a group of its own whose
+    timeout is hours (``all_gather_objects_patiently``), never in a collective of the process group (30 minutes: a
+    15 GB download on a slow link would end the job). A failure (not cached and no network, an unknown id) is the
+    same one-line ``ModelSourceError`` on every rank. Local paths and ``tiny:`` names are returned unchanged."""
+    if name.startswith("tiny:") or os.path.exists(name):
+        return name
+    error = None
+    if d.local_rank == 0:
+        try:
+            resolve_model(name, what="model=")
+        except Exception as exc:   # reported on every rank below, instead of leaving the others waiting
+            error = str(exc) if isinstance(exc, ModelSourceError) else f"model={name}: {type(exc).__name__}: {exc}"
+    errors = [e for e in all_gather_objects_patiently(error, d) if e]
+    if errors:
+        raise ModelSourceError(errors[0])
+    return resolve_model(name, what="model=", download=False).path
