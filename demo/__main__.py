@@ -20,7 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
+
 from demo.pipeline import BUDGETS, DemoError, auto_threads, run_demo
+from demo.premise import main as premise_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,13 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--premise" in argv:
-        from demo.premise import main as premise_main
         return premise_main([a for a in argv if a != "--premise"])
     args = build_parser().parse_args(argv)
     budget = BUDGETS["quick" if args.quick else "full"]
     out = args.out or ("runs/demo-quick" if args.quick else "runs/demo")
-    import torch
-
     if args.threads is not None and args.threads < 1:
         build_parser().error("--threads must be >= 1")
     threads, why = (args.threads, "--threads") if args.threads else auto_threads()

@@ -25,10 +25,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
+from contracts.files import atomic_write_json, atomic_write_text
+from contracts.passk import summarize
 from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads,
                            evaluate, final_checkpoint, heldout_prompts, machine, make_data, prepare_out, read_metrics,
                            run_config, run_name, train_run, warmup)
-from tsanalysis.io import atomic_write_text
+from eval.metrics import counts
+from eval.samples import read_samples
 
 _BY_NAME = {s.name: s for s in METHODS}
 
@@ -69,9 +74,6 @@ def t_interval(values: Sequence[float]) -> tuple[float, float | None]:
 
 def scores(out: Path, task: str) -> dict[str, float]:
     """{eval folder name: avg@n} of every scored model under out/eval."""
-    from eval.metrics import counts, summarize
-    from eval.samples import read_samples
-
     res = {}
     for f in sorted((out / "eval").glob(f"*/{task}.jsonl")):
         rows = read_samples(f)
@@ -86,8 +88,6 @@ TIMINGS = "timings.json"   # per run: wall and CPU seconds of training, torch th
 
 def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, table: Sequence[RunSpec] = TABLE,
           log=print) -> None:
-    import torch
-
     prepare_out(out, budget, fresh=fresh, log=log)
     tfile = out / TIMINGS
     timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
@@ -102,7 +102,7 @@ def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, table: 
             if not res["skipped"]:
                 timings[cfg.run_name] = {"wall_s": res["wall_s"], "cpu_s": res["cpu_s"],
                                          "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
-                atomic_write_text(tfile, json.dumps(timings, indent=1) + "\n")
+                atomic_write_json(tfile, timings, indent=1)
                 log(f"{cfg.run_name}: trained in {time.perf_counter() - t0:.0f} s")
             evaluate([(cfg.run_name, final_checkpoint(cfg))], budget, out=out, log=log, baseline=None)
 
@@ -267,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m demo.miniature --seeds {}{}".format(
         args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}")
     if not args.write_only:
-        import torch
-
         threads, why = (args.threads, "--threads") if args.threads else auto_threads()
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)

@@ -1,6 +1,6 @@
 """The miniature reproduction, one function per stage, every stage in this process.
 
-    warm-up  -> a tiny model learns the task's solution format (supervised, ``trainer.sft``), stopped at a loss
+    warm-up  -> a tiny model learns the task's solution format (supervised, ``trainer.warmup``), stopped at a loss
                 that leaves it usable but imperfect, so RL has something to improve; shared by every run
     train    -> one ``trainer.train.train`` run per method, all from the warm-up, with matched budgets
     eval     -> ``eval.run`` on the task's held-out benchmark split: every final checkpoint and the warm-up
@@ -22,7 +22,6 @@ stands for which paper row); the methods themselves are the presets ``trainer/co
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import platform
@@ -32,6 +31,28 @@ import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
+
+import torch
+import yaml
+
+from contracts.config import to_dict
+from contracts.files import atomic_write_json, atomic_write_text
+from contracts.jsonl import read_jsonl
+from contracts.settings import SettingsMismatch, check_settings, claim_folder
+from eval.benchmarks import get_benchmark
+from eval.metrics import compare
+from eval.samples import read_samples
+from figures.make_all import make_all
+from figures.style import use_headless_backend
+from scoring.tasks import get_task
+from scoring.tasks.make import write_jsonl
+from trainer.checkpoint import checkpoint_dir, list_checkpoints
+from trainer.config import load_config
+from trainer.fsdp import Dist
+from trainer.train import train
+from trainer.warmup import build_warmup, read_warmup
+from tsanalysis.io import write_results
+from tsanalysis.relay import run_relay
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = REPO / "trainer" / "configs"
@@ -184,27 +205,25 @@ class Timings:
         return "\n".join(lines)
 
 
-def prepare_out(out: Path, budget: Budget, *, fresh: bool, log: Log) -> None:
-    """Create ``out`` (or wipe it with ``fresh``); refuse a folder made with another budget, or not by the demo."""
-    marker = out / MARKER
+def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool, log: Log) -> None:
+    """Create ``out`` with ``marker`` recording ``settings`` (``fresh``: wipe it first), or check the marker it has
+    (``contracts.settings.claim_folder``); refuse a folder made with other settings, or not by ``owner``."""
+    out = Path(out)
     if fresh and out.exists():
-        if any(out.iterdir()) and not marker.is_file():
-            raise DemoError(f"--fresh would delete '{out}', which was not written by the demo (no {MARKER}); "
+        if any(out.iterdir()) and not (out / marker).is_file():
+            raise DemoError(f"--fresh would delete '{out}', which was not written by {owner} (no {marker}); "
                             f"delete it yourself or choose another --out")
         log(f"--fresh: deleting {out}")
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    want = {"budget": asdict(budget)}
-    if marker.is_file():
-        have = json.loads(marker.read_text())
-        if have.get("budget") != want["budget"]:
-            diff = sorted(k for k in want["budget"] if have.get("budget", {}).get(k) != want["budget"][k])
-            raise DemoError(f"'{out}' holds a demo made with another budget (differs in {', '.join(diff)}); "
-                            f"rerun with --fresh to redo it, or choose another --out")
-    elif any(p.name != MARKER for p in out.iterdir()):
-        raise DemoError(f"'{out}' is not empty and was not written by the demo (no {MARKER}); choose another --out")
-    else:
-        marker.write_text(json.dumps(want, indent=2) + "\n")
+    try:
+        claim_folder(out, marker, settings, owner=owner, fix="rerun with --fresh to redo it, or choose another --out")
+    except SettingsMismatch as e:
+        raise DemoError(str(e)) from None
+
+
+def prepare_out(out: Path, budget: Budget, *, fresh: bool, log: Log) -> None:
+    """Create ``out`` (or wipe it with ``fresh``); refuse a folder made with another budget, or not by the demo."""
+    claim_out(out, MARKER, asdict(budget), owner="the demo", fresh=fresh, log=log)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -212,15 +231,11 @@ def prepare_out(out: Path, budget: Budget, *, fresh: bool, log: Log) -> None:
 # ------------------------------------------------------------------------------------------------------------
 def heldout_prompts(task: str) -> set[str]:
     """Every prompt of the task's held-out benchmark split (the whole split, whatever eval_limit is)."""
-    from eval.benchmarks import get_benchmark
     return {p.question for p in get_benchmark(task).load()}
 
 
 def make_data(out: Path, budget: Budget, *, log: Log) -> Path:
     """``out/data/<task>_train.jsonl``: the RL prompt pool, with every held-out test prompt removed."""
-    from scoring.tasks import get_task
-    from scoring.tasks.make import write_jsonl
-
     path = out / "data" / f"{budget.task}_train.jsonl"
     if path.is_file():
         return path
@@ -234,32 +249,19 @@ def make_data(out: Path, budget: Budget, *, log: Log) -> Path:
 
 
 def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
-    """The supervised warm-up checkpoint ``out/warmup`` (built once; ``warmup_summary.json`` inside)."""
+    """The supervised warm-up checkpoint ``out/warmup`` (``trainer.warmup.build_warmup``, built once at one torch
+    thread; ``warmup_summary.json`` inside) on the task's solver traces, every held-out test prompt removed."""
     path = out / "warmup"
-    summary_file = path / "warmup_summary.json"
-    if summary_file.is_file():
+    done = read_warmup(path)
+    if done is not None:
         log(f"warm-up checkpoint exists: {path}")
-        return path, json.loads(summary_file.read_text())
-    from trainer.sft import sft
-    from scoring.tasks import get_task
-    from inference.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
-
+        return path, done
     held = heldout_prompts(budget.task)
     pool = [r for r in get_task(budget.task).make_examples(budget.warmup_pool, seed=WARMUP_DATA_SEED)
             if r["prompt"] not in held]
-    tokenizer = build_tokenizer()
-    model = build_model(budget.model_size, tokenizer, seed=0)
-    log(f"tiny:{budget.model_size} ({num_parameters(model) / 1e6:.2f}M parameters), supervised on {len(pool)} "
-        f"{budget.task} solver traces: at most {budget.warmup_max_steps} steps of 64, stop at mean loss "
-        f"<= {budget.warmup_stop_loss}")
-    stats = sft(model, tokenizer, pool, steps=budget.warmup_max_steps, batch_size=64, lr=3e-3, seed=0,
-                stop_loss=budget.warmup_stop_loss, log_every=50, log=lambda m: log(f"  {m}"))
-    summary = {"model_size": budget.model_size, "task": budget.task, "pool": len(pool), "steps": stats["steps"],
-               "max_steps": budget.warmup_max_steps, "stop_loss": budget.warmup_stop_loss,
-               "stopped_early": stats["stopped_early"], "loss_first": stats["loss_first"],
-               "loss_last": stats["loss_last"], "time_s": stats["time_s"]}
-    save_pretrained_atomic(model, tokenizer, path, extra_files={"warmup_summary.json": summary})
-    log(f"warm-up: {stats['steps']} steps, loss {stats['loss_first']:.3f} -> {stats['loss_last']:.3f} -> {path}")
+    summary = build_warmup(path, size=budget.model_size, examples=pool, steps=budget.warmup_max_steps,
+                           stop_loss=budget.warmup_stop_loss, lr=3e-3, batch_size=64, seed=0, log=log, log_every=50,
+                           summary_extra={"model_size": budget.model_size, "task": budget.task})
     return path, summary
 
 
@@ -269,8 +271,6 @@ def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
 def run_config(spec: RunSpec, budget: Budget, *, out: Path, seed: int, model: Path, train_file: Path,
                progress: bool = False):
     """The validated trainer Config of one run: the preset, then the budget, then the method's extras."""
-    from trainer.config import load_config
-
     over = {"run_name": run_name(spec, seed), "output_dir": str(out / "runs"), "seed": seed,
             "model": str(model), "sft_steps": 0, "sft_stop_loss": 0.0, "task": budget.task, "task_kwargs": {},
             "train_file": str(train_file), "total_steps": budget.total_steps,
@@ -285,11 +285,6 @@ _IGNORED = {"progress", "resume"}   # config fields that may differ between a ru
 
 def run_finished(cfg) -> bool:
     """True when the run folder holds this exact config, every step's metrics and the final checkpoint."""
-    import yaml
-
-    from trainer.checkpoint import checkpoint_dir
-    from trainer.config import to_dict
-
     run_dir = cfg.run_dir
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
@@ -298,10 +293,11 @@ def run_finished(cfg) -> bool:
     want = to_dict(cfg)
     # a field added after the run was written counts as its default (the behaviour the run had)
     defaults = {f.name: f.default for f in fields(cfg) if f.default is not MISSING}
-    diff = sorted(k for k in want if k not in _IGNORED and have.get(k, defaults.get(k)) != want[k])
-    if diff:
-        raise DemoError(f"'{run_dir}' holds a run with other settings ({', '.join(diff)}); rerun with --fresh "
-                        f"or choose another --out")
+    try:
+        check_settings(have, want, [k for k in want if k not in _IGNORED], where=f"'{run_dir}'",
+                       fix="rerun with --fresh or choose another --out", defaults=defaults)
+    except SettingsMismatch as e:
+        raise DemoError(str(e)) from None
     metrics = run_dir / "metrics.jsonl"
     steps = sum(1 for line in metrics.read_text().splitlines() if line.strip()) if metrics.is_file() else 0
     return steps == cfg.total_steps and checkpoint_dir(run_dir, cfg.total_steps - 1).is_dir()
@@ -309,10 +305,6 @@ def run_finished(cfg) -> bool:
 
 def train_run(cfg, *, log: Log) -> dict:
     """Train one run (or resume it from its latest checkpoint); returns {"run_dir", "wall_s", "cpu_s", "skipped"}."""
-    from trainer.checkpoint import list_checkpoints
-    from trainer.fsdp import Dist
-    from trainer.train import train
-
     run_dir = cfg.run_dir
     if run_finished(cfg):
         log(f"{cfg.run_name}: finished run exists, skipped ({run_dir})")
@@ -332,9 +324,7 @@ def train_run(cfg, *, log: Log) -> dict:
 
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path) if path.is_file() else []
 
 
 def _mean(metrics: list[dict], key: str, *, first: bool = False, k: int = 5) -> float:
@@ -344,7 +334,6 @@ def _mean(metrics: list[dict], key: str, *, first: bool = False, k: int = 5) -> 
 
 
 def final_checkpoint(cfg) -> Path:
-    from trainer.checkpoint import checkpoint_dir
     return checkpoint_dir(cfg.run_dir, cfg.total_steps - 1)
 
 
@@ -355,14 +344,18 @@ def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, l
              baseline: str | None = BASELINE) -> dict:
     """``eval.run.run_eval`` on every (name, checkpoint); returns the leaderboard dict (``baseline`` is the
     reference of its paired comparisons). Its report lines and the leaderboard also go to ``out/eval/eval.log``."""
-    from eval.run import format_report, run_eval
+    from eval.config import EvalConfig
+    from eval.report import format_report
+    from eval.run import run_eval
 
     root = out / "eval"
     root.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
-    result = run_eval([str(path) for _, path in models], [budget.task], names=[name for name, _ in models],
-                      out=root, n=budget.eval_n, limit=budget.eval_limit, seed=0, engine="hf", progress=False,
-                      baseline=baseline if baseline in {n for n, _ in models} else None, log=lines.append)
+    cfg = EvalConfig(models=[str(path) for _, path in models], benchmarks=[budget.task],
+                     names=[name for name, _ in models], out=str(root), n=budget.eval_n, limit=budget.eval_limit,
+                     seed=0, engine="hf", progress=False,
+                     baseline=baseline if baseline in {n for n, _ in models} else None)
+    result = run_eval(cfg, log=lines.append)
     for r in result["reports"]:
         log(f"  {r['model']:<20} {format_report(r)}")
     (root / "eval.log").write_text("\n".join(lines) + "\n\n" + result["leaderboard_md"] + "\n")
@@ -374,15 +367,12 @@ def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, l
 # ------------------------------------------------------------------------------------------------------------
 def relay(early: Path, final: Path, budget: Budget, *, out: Path, log: Log):
     """Relay early -> final on the held-out split; tables written under ``out/analysis/relay/<tag>/``."""
-    from tsanalysis import io as tio
-    from tsanalysis.relay import run_relay
-
     tag = f"{budget.task}-{early.name}-to-{final.name}-cut0.5"
     tables, rdir, settings = run_relay(early=str(early), final=str(final), benchmark=budget.task, n=budget.relay_n,
                                        cut=0.5, temperature=1.0, seed=0, limit=budget.relay_limit, engine="hf",
                                        out=out / "analysis" / "relay" / tag, batch_problems=16,
                                        log=lambda m: log(f"  {m}"))
-    tio.write_results(rdir, tables, settings)
+    write_results(rdir, tables, settings)
     return tables["relay_passk"], rdir
 
 
@@ -390,9 +380,6 @@ def relay(early: Path, final: Path, budget: Budget, *, out: Path, log: Log):
 # stage 5: analyses and figures
 # ------------------------------------------------------------------------------------------------------------
 def figures(out: Path, *, log: Log) -> dict:
-    from figures.make_all import make_all
-    from figures.style import use_headless_backend
-
     use_headless_backend()
     return make_all(out, selection=FIGURE_RUNS, log=lambda m: log(f"  {m}"))
 
@@ -402,9 +389,6 @@ def figures(out: Path, *, log: Log) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 def paired_vs(root: Path, task: str, name: str, base: str) -> dict | None:
     """Paired bootstrap (over shared problems) of avg@n of ``name`` minus ``base``: {diff, low, high, p_value}."""
-    from eval.metrics import compare
-    from eval.samples import read_samples
-
     a, b = root / name / f"{task}.jsonl", root / base / f"{task}.jsonl"
     if not (a.is_file() and b.is_file()):
         return None
@@ -500,7 +484,6 @@ def auto_threads() -> tuple[int, str]:
 
 def machine(*, threads: bool = True) -> str:
     """The machine in one line (CPU, cores, torch, threads of this process, load average now)."""
-    import torch
     load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
     cpu = platform.processor()
     try:
@@ -550,7 +533,6 @@ def run_demo(budget: Budget, out: str | os.PathLike, *, seeds: int = 1, fresh: b
     relay_passk, relay_dir = None, None
     if "onpolicy" in cfgs:
         with t.stage("relay", log) as st:
-            from trainer.checkpoint import checkpoint_dir
             early = checkpoint_dir(cfgs["onpolicy"].run_dir, budget.early_every - 1)
             relay_passk, relay_dir = relay(early, final_checkpoint(cfgs["onpolicy"]), budget, out=out, log=log)
             st["note"] = (f"{early.name} -> {final_checkpoint(cfgs['onpolicy']).name} of onpolicy, "
@@ -572,12 +554,12 @@ def run_demo(budget: Budget, out: str | os.PathLike, *, seeds: int = 1, fresh: b
         "summary": [str(out / "summary.md"), str(out / "summary.json")],
     }
     summary = render_summary(budget, seeds, out, wsum, rows, relay_passk, report, t, paths)
-    (out / "summary.md").write_text(summary)
-    (out / "summary.json").write_text(json.dumps({
+    atomic_write_text(out / "summary.md", summary)
+    atomic_write_json(out / "summary.json", {
         "budget": asdict(budget), "seeds": seeds, "warmup": wsum, "methods": rows,
         "relay_passk": None if relay_passk is None else relay_passk.to_dict(orient="records"),
         "timings": t.stages, "machine": machine(), "figures_failed": report["failed"], "paths": paths,
-    }, indent=2, default=str) + "\n")
+    }, default=str)
     log("\n" + summary)
     if report["failed"]:
         raise DemoError(f"figures failed: {report['failed']}")

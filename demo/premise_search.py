@@ -19,10 +19,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 
-from demo.premise import (PREMISE, PremiseBudget, checkpoint, distinct_correct, evaluate, make_data,
-                          per_problem, read_eval, rl_config, train_run, warmup)
+from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import k_grid
+from demo.pipeline import train_run
+from demo.premise import checkpoint, evaluate, make_data, read_eval, rl_config, warmup
+from demo.premise_budget import PREMISE, PremiseBudget
+from demo.premise_page import GRID_END, GRID_START
+from demo.premise_stats import distinct_correct, per_problem
 
 # name -> (budget overrides, RL checkpoints scored); the order is the order the search ran them in
 POINTS: dict[str, tuple[dict, tuple[int, ...]]] = {
@@ -100,10 +105,7 @@ def table(results: list[dict]) -> str:
 
 
 def write_grid(doc: Path, results: list[dict]) -> None:
-    """Replace the grid block of ``doc`` (between demo.premise's GRID_START / GRID_END markers) with the table."""
-    from demo.premise import GRID_END, GRID_START
-    from tsanalysis.io import atomic_write_text
-
+    """Replace the grid block of ``doc`` (between demo.premise_page's GRID_START / GRID_END markers) with the table."""
     text = doc.read_text() if doc.is_file() else ""
     block = (f"{GRID_START}\nEach point: one warm-up and ONE on-policy run (seed 0, {PREMISE.prompts_per_step} prompts "
              f"x {PREMISE.samples_per_prompt} samples per step, <= {PREMISE.max_response_tokens} tokens), checkpoints "
@@ -134,7 +136,6 @@ def main(argv=None) -> int:
         write_grid(Path(args.doc), sorted(results, key=lambda r: order.get(r["name"], len(order))))
         print(table(results))
         return 0
-    import torch
     torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
     results = {r["name"]: r for r in (json.loads(resf.read_text()) if resf.is_file() else [])}
@@ -143,7 +144,7 @@ def main(argv=None) -> int:
         over, steps = POINTS[name]
         r = run_point(name, over, steps, out=out)
         results[name] = r
-        resf.write_text(json.dumps(list(results.values()), indent=1, default=str) + "\n")
+        atomic_write_json(resf, list(results.values()), indent=1, default=str)
         print(table([r]), flush=True)
     print(table(list(results.values())))
     return 0

@@ -5,7 +5,7 @@ Inputs are the cached tables ``demo.premise`` writes under ``<out>/tables/`` (:f
 - ``passk_curves.csv``: model (warmup | early | final), k, pass, low, high (pass@k as a fraction, 95 % bootstrap
   interval over problems);
 - ``passk_diff.csv``: model (early | final), k, diff, low, high (paired bootstrap of model − warm-up);
-- ``crossover.json``: {model: {crossover_k, low, high, ...}} (``demo.premise.crossover_table``);
+- ``crossover.json``: {model: {crossover_k, low, high, ...}} (``demo.premise_stats.crossover_table``);
 - ``entropy_positions.csv``: step, position, entropy, tokens (on-policy rollouts of seed 0).
 
 The relay figure is ``figures.fig2_relay.plot_relay_passk`` on ``relay_passk.csv``.

@@ -135,7 +135,9 @@ def test_summary_lists_stages_and_the_rerun_would_skip_every_run(quick):
     for spec in METHODS:   # what run_demo checks before training: every run counts as finished
         cfg = run_config(spec, QUICK, out=out, seed=0, model=warm, train_file=out / "data" / "addition_train.jsonl")
         assert run_finished(cfg), spec.name
-    with pytest.raises(DemoError, match="another budget"):   # a full demo will not mix into the quick folder
+    # a full demo will not mix into the quick folder
+    with pytest.raises(DemoError, match=r"other settings \(name: recorded 'quick', now 'full'; .*total_steps: "
+                                        r"recorded 8, now 40; .*\); rerun with --fresh"):
         prepare_out(out, FULL, fresh=False, log=lambda m: None)
 
 

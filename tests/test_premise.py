@@ -20,8 +20,9 @@ import pytest
 
 from contracts.passk import pass_at_k
 from demo.pipeline import DemoError
-from demo.premise import (TOY, canonical_solution, crossover_k, crossover_table, distinct_correct,
-                          passk_matrix, prepare_out, run_premise)
+from demo.premise import prepare_out, run_premise
+from demo.premise_budget import TOY
+from demo.premise_stats import canonical_solution, crossover_k, crossover_table, distinct_correct, passk_matrix
 from contracts.passk import k_grid
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,11 +103,15 @@ def test_distinct_correct_counts_distinct_correct_expressions_only():
 def toy(tmp_path_factory):
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("premise")
-    out, doc = root / "out", root / "docs" / "premise.md"
-    logs: list[str] = []
-    res = run_premise(TOY, out, doc=doc, log=logs.append)
+    try:
+        root = tmp_path_factory.mktemp("premise")
+        out, doc = root / "out", root / "docs" / "premise.md"
+        logs: list[str] = []
+        res = run_premise(TOY, out, doc=doc, log=logs.append)
+    finally:
+        torch.set_num_threads(before)   # the tests after this module run at the thread count they had
     return out, doc, res, logs
 
 
@@ -167,7 +172,7 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
     assert not any(": done in " in m for m in logs)                              # nothing was trained again
     assert not any("early phase" in m or "final phase" in m for m in logs)     # the relay is cached too
     assert (run_file.stat().st_mtime_ns, eval_file.read_text()) == before
-    with pytest.raises(DemoError, match="another budget"):
+    with pytest.raises(DemoError, match=r"other settings \(lr: recorded 0\.0001, now 0\.001\); rerun with --fresh"):
         prepare_out(out, replace(TOY, lr=1e-3), fresh=False, log=lambda m: None)
 
 

@@ -166,7 +166,7 @@ def test_resume_skips_done_problems_and_refuses_other_settings(ckpts, problems, 
     (out / "results.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
     _run(ckpts, problems, out)
     assert _jsonl(out / "results.jsonl") == before
-    with pytest.raises(relay.RelayError, match=r"other settings \(n: 8 vs 2\)"):
+    with pytest.raises(relay.RelayError, match=r"other settings \(n: recorded 8, now 2\); use another --out"):
         _run(ckpts, problems, out, n=2)
 
 

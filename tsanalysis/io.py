@@ -6,14 +6,13 @@ streamed file by file in record batches (bounded memory; nothing here reads a wh
 
 Writing: every command writes one folder (default ``results/analysis/<run-name>/<command>/``) holding each
 result table as ``<table>.parquet`` and ``<table>.csv`` and a ``settings.json`` (command, resolved arguments,
-run directory, selected steps, package version). Each file is written to a temporary name and renamed;
+run directory, selected steps, package version). Each file is written atomically (``contracts.files``);
 ``settings.json`` is written last, so its presence marks a complete result folder.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -25,9 +24,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contracts import records
+from contracts.files import atomic_path, atomic_write_json
 
 __all__ = ["RecordsError", "select_steps", "check_run", "iter_batches", "list_column", "scalar_column",
-           "token_lengths", "run_name", "default_out", "write_results", "atomic_write_text", "RESULTS_ROOT"]
+           "token_lengths", "run_name", "default_out", "write_results", "RESULTS_ROOT"]
 
 RecordsError = records.RecordsError
 RESULTS_ROOT = Path("results") / "analysis"
@@ -121,18 +121,6 @@ def default_out(name: str, command: str, *, root: str | os.PathLike | None = Non
     return Path(root if root is not None else RESULTS_ROOT) / name / command
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _jsonable(x):
     if isinstance(x, (np.integer,)):
         return int(x)
@@ -157,15 +145,13 @@ def write_results(out_dir: str | os.PathLike, tables: dict[str, pd.DataFrame], s
     for name, df in tables.items():
         assert isinstance(df, pd.DataFrame), f"table {name!r} is not a DataFrame"
         pq_path, csv_path = out / f"{name}.parquet", out / f"{name}.csv"
-        tmp = _tmp(pq_path)
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, pq_path)
-        tmp = _tmp(csv_path)
-        df.to_csv(tmp, index=False)
-        os.replace(tmp, csv_path)
+        with atomic_path(pq_path) as tmp:
+            df.to_parquet(tmp, index=False)
+        with atomic_path(csv_path) as tmp:
+            df.to_csv(tmp, index=False)
         written += [pq_path, csv_path]
     full = {"version": __version__, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             **settings, "tables": sorted(tables)}
-    atomic_write_text(out / "settings.json", json.dumps(full, indent=2, sort_keys=True, default=_jsonable) + "\n")
+    atomic_write_json(out / "settings.json", full, sort_keys=True, default=_jsonable)
     written.append(out / "settings.json")
     return written

@@ -9,7 +9,9 @@ For every problem and each of n samples:
    ``max_tokens`` budget as a final-only response: the continuation is cut at ``max_tokens − |prefix|``);
 4. independently, the final checkpoint samples n final-only responses from the prompt.
 
-All three sets (early-only, relay, final-only) are graded with the benchmark's grader, and pass@k (unbiased
+All three sets (early-only, relay, final-only) are graded with the benchmark's grader through eval's batch grader
+(``eval.grading.grade_responses``, the one ``eval.run`` uses: math in a process pool with a hard per-item limit, a
+grader that fails is ``timeout``/``grader_error`` and never correct), and pass@k (unbiased
 estimator, ``contracts.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals of the
 relay − final-only difference over problems (Figure 2 plots that difference).
 
@@ -26,7 +28,8 @@ model folder or a hub id (read from its snapshot in the Hugging Face cache, ``in
 ``owner/name@<commit>``).
 
 Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem), ``relay_settings.json`` (the
-settings the JSONL files belong to; a rerun with different settings is refused). ``run_relay`` returns the tables
+settings the JSONL files belong to; ``contracts.settings.claim_folder``: a rerun with different settings is refused,
+and so is a non-empty folder without that file). ``run_relay`` returns the tables
 ``relay_problems`` and ``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the
 demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). Bad input raises
 ``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded. This module is a library:
@@ -45,7 +48,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from contracts.files import atomic_write_text
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
+from contracts.settings import SettingsMismatch, claim_folder
 
 from . import io
 from .errors import RelayError
@@ -53,6 +58,7 @@ from .errors import RelayError
 __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokenizer", "derive_seed", "pass_k_table",
            "run_relay"]
 
+SETTINGS_FILE = "relay_settings.json"   # the settings the folder's JSONL files belong to (contracts.settings)
 IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
                  "top_p", "seed", "batch_problems")
 
@@ -142,7 +148,7 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
             raise RelayError(f"{path}:{i}: malformed JSON line; delete the line or the file to redo it") from None
         out[str(rec["problem_id"])] = rec
     if text and not text.endswith("\n"):   # leave a clean file for the next append
-        io.atomic_write_text(path, "".join(line + "\n" for line in lines))
+        atomic_write_text(path, "".join(line + "\n" for line in lines))
     return out
 
 
@@ -204,6 +210,9 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
 
     from inference import load_policy, make_sampler, resolve_engine
     from inference.hub import ModelSourceError, resolve_model
+    from eval.grading import grade_responses
+    from scoring.grading import GRADE_TIMEOUT_S
+    from scoring.pool import WorkerPool, apply
     from scoring.templates import render_prompt
 
     # -- everything that can fail cheaply, before a model is loaded --
@@ -235,21 +244,16 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
 
     tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
     out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
-    out_dir.mkdir(parents=True, exist_ok=True)
     # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
     identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
                 "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
                 "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
                 "batch_problems": batch_problems}
-    ident_path = out_dir / "relay_settings.json"
-    if ident_path.exists():
-        old = json.loads(ident_path.read_text())
-        diff = [f"{k}: {old.get(k)!r} vs {identity[k]!r}" for k in IDENTITY_KEYS if old.get(k) != identity[k]]
-        if diff:
-            raise RelayError(f"'{out_dir}' holds relay results for other settings ({'; '.join(diff)}); "
-                             f"use another --out or delete that folder")
-    else:
-        io.atomic_write_text(ident_path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+    try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
+        claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
+                     fix="use another --out or delete that folder")
+    except SettingsMismatch as e:
+        raise RelayError(str(e)) from None
 
     prompt_ids = {}
     for p in probs:
@@ -265,13 +269,18 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
 
     device = "cuda" if engine_used == "hf" and torch.cuda.is_available() else None
 
-    def grade(responses: list[list[int]], problem) -> tuple[list[bool], list[str]]:
-        correct, verdicts = [], []
-        for ids in responses:
-            v = bench.grade(tok.decode(ids, skip_special_tokens=True), problem)
-            correct.append(bool(v.correct))
-            verdicts.append(v.verdict)
-        return correct, verdicts
+    # the benchmark's grader through eval's batch grader: math in one process pool for the whole run (a hard
+    # per-item limit), code on threads; a grader that fails gives timeout/grader_error, never a wrong answer
+    # (started at the first math batch; its workers are daemons, so an error on the way does not leave them behind)
+    pool = None
+
+    def grade(problems, responses: list[list[list[int]]]) -> list[tuple[list[bool], list[str]]]:
+        nonlocal pool
+        if pool is None and bench.kind == "math":
+            pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S)
+        texts = [[tok.decode(ids, skip_special_tokens=True) for ids in rs] for rs in responses]
+        verdicts, _, _ = grade_responses(bench, problems, texts, pool=pool)
+        return [([bool(v.correct) for v in vs], [v.verdict for v in vs]) for vs in verdicts]
 
     # vLLM's KV cache holds the longest prompt plus its budget (a relay row is prompt + prefix + continuation)
     engine_kw = ({"max_model_len": max(len(x) for x in prompt_ids.values()) + max_tokens, "model_path": early_dir}
@@ -290,10 +299,11 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
             s = derive_seed(seed, "early", *ids)
             comps = sampler.generate([prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=max_tokens,
                                      temperature=temperature, top_p=top_p, seed=s)
+            graded = grade(chunk, [[c.token_ids for c in comps[j * n:(j + 1) * n]] for j in range(len(chunk))])
             recs = []
             for j, p in enumerate(chunk):
                 cs = comps[j * n:(j + 1) * n]
-                correct, _ = grade([c.token_ids for c in cs], p)
+                correct = graded[j][0]
                 recs.append({"problem_id": str(p.id),
                              "prefix_ids": [cut_prefix(c.token_ids, cut, eos_ids=eos_ids) for c in cs],
                              "early_len": [len(c.token_ids) for c in cs],
@@ -325,17 +335,20 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
                                      temperature=temperature, top_p=top_p, seed=s)
             final_only = sampler.generate(base, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                           seed=s)
+            relay_ids, relay_fin = [], []
+            for pf, c, b in zip(pre, relay, budget):
+                cont = c.token_ids[:max(0, b)]
+                relay_ids.append(list(pf) + cont)
+                relay_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
+            per = [slice(j * n, (j + 1) * n) for j in range(len(chunk))]
+            graded = grade(chunk + chunk, [relay_ids[sl] for sl in per] + [[c.token_ids for c in final_only[sl]]
+                                                                            for sl in per])
             recs = []
             for j, p in enumerate(chunk):
-                sl = slice(j * n, (j + 1) * n)
-                r_ids, r_fin = [], []
-                for pf, c, b in zip(pre[sl], relay[sl], budget[sl]):
-                    cont = c.token_ids[:max(0, b)]
-                    r_ids.append(list(pf) + cont)
-                    r_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
+                sl = per[j]
+                r_ids, r_fin = relay_ids[sl], relay_fin[sl]
                 f_ids = [c.token_ids for c in final_only[sl]]
-                rc, rv = grade(r_ids, p)
-                fc, fv = grade(f_ids, p)
+                (rc, rv), (fc, fv) = graded[j], graded[len(chunk) + j]
                 e = prefixes[str(p.id)]
                 recs.append({
                     "problem_id": str(p.id), "n": n, "early_correct": int(sum(e["early_correct"])),
@@ -351,6 +364,8 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     if sampler is not None and hasattr(sampler, "close"):
         sampler.close()   # a vLLM engine's memory goes back now, not when the process ends
     sampler = None
+    if pool is not None:
+        pool.close()
 
     # -- tables over the selected problems --
     rows = []

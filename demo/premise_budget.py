@@ -1,0 +1,97 @@
+"""What the premise regime (``demo.premise``) runs, at which size: the budgets, the methods table's rows, the seeds
+of its data, and the files of its output folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from demo.pipeline import DemoError, RunSpec, _seeded
+
+MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
+TIMINGS = "timings.json"   # per training run: wall and CPU seconds, torch threads, load average
+STAGES = "stages.json"     # per stage: wall and CPU seconds summed over every invocation
+HELDOUT_SEED = 10_000      # the held-out split (as eval.benchmarks.tasks), generated at the budget's difficulty
+WARMUP_SEED = 7919         # the supervised pool
+TRAIN_SEED = 1             # the RL prompt pool
+
+
+@dataclass(frozen=True)
+class PremiseBudget:
+    """Sizes of one premise regime (every RL run gets the same steps, batch, budget, lr and temperature)."""
+
+    name: str
+    # task: countdown with exactly `numbers` numbers in [1, max_number], targets in [min_target, max_target]
+    numbers: int = 3
+    max_number: int = 10
+    min_target: int = 1
+    max_target: int = 30
+    # warm-up
+    model_size: str = "1m"
+    warmup_pool: int = 20000
+    warmup_steps: int = 400        # supervised steps at most (batch 64, cosine)
+    warmup_lr: float = 3e-3
+    warmup_stop_loss: float = 0.0  # > 0: stop once the mean loss of the last 20 steps is at or below it
+    # RL
+    train_pool: int = 4000
+    total_steps: int = 50
+    prompts_per_step: int = 32
+    samples_per_prompt: int = 8
+    max_response_tokens: int = 40
+    lr: float = 1e-4
+    temperature: float = 1.0       # the trainer's sampling temperature (evaluation is always at 1.0)
+    early_step: int = 10           # the on-policy checkpoint (1-based step count) used as "early"
+    seed_interval: int = 8         # T of the Thinking Seeds runs
+    # evaluation and relay
+    heldout: int = 200             # held-out problems
+    eval_n: int = 64               # samples per problem (pass@k for k <= eval_n)
+    relay_n: int = 64
+    seeds: int = 3                 # training seeds per method of the table
+    methods: str = "onpolicy,seeds_ratio,seeds_entropy,seeds_state,luffy,m2po"
+
+    @property
+    def task(self) -> str:
+        return "countdown"
+
+    @property
+    def difficulty(self) -> dict:
+        return {"min_numbers": self.numbers, "max_numbers": self.numbers, "min_number": 1,
+                "max_number": self.max_number, "min_target": self.min_target, "max_target": self.max_target}
+
+
+PREMISE = PremiseBudget(name="premise")
+TOY = PremiseBudget(name="toy", warmup_pool=500, warmup_steps=20, train_pool=200, total_steps=3,
+                    prompts_per_step=4, samples_per_prompt=4, early_step=1, seed_interval=2, heldout=12,
+                    eval_n=8, relay_n=8, seeds=1, methods="onpolicy,seeds_ratio")
+BUDGETS = {"premise": PREMISE, "toy": TOY}
+
+
+def _methods() -> dict[str, RunSpec]:
+    """The table's rows: on-policy, Thinking Seeds (ratio / entropy rule, state+action; ratio, state), LUFFY, M2PO."""
+    def T(b):
+        return b.seed_interval
+    return {
+        "onpolicy": RunSpec("onpolicy", "mini_onpolicy", "On-policy DAPO"),
+        "seeds_ratio": RunSpec("seeds_ratio", "mini_seeds_ratio", "Thinking Seeds, ratio 0.5 (state+action)",
+                               _seeded("ratio", 0.5, "state+action", T)),
+        "seeds_entropy": RunSpec("seeds_entropy", "mini_seeds_entropy", "Thinking Seeds, entropy rule (state+action)",
+                                 _seeded("entropy", 0.5, "state+action", T)),
+        "seeds_state": RunSpec("seeds_state", "mini_seeds_state", "Thinking Seeds, ratio 0.5 (state)",
+                               _seeded("ratio", 0.5, "state", T)),
+        "luffy": RunSpec("luffy", "mini_luffy", "LUFFY (1 solver trace per group)"),
+        "m2po": RunSpec("m2po", "mini_m2po", "M2PO (rollouts 4 steps stale)"),
+    }
+
+
+METHODS = _methods()
+
+
+def eval_name(method: str, seed: int) -> str:
+    return f"{method}-seed{seed}"
+
+
+def method_list(b: PremiseBudget) -> list[str]:
+    names = [m.strip() for m in b.methods.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad or "onpolicy" not in names:
+        raise DemoError(f"methods {bad or names}: choose from {sorted(METHODS)}, including onpolicy")
+    return names

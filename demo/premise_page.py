@@ -1,0 +1,238 @@
+"""``docs/premise.md`` from the premise regime's cached tables (``<out>/tables``, written by ``demo.premise``).
+
+The page is rendered whole from the tables each time; the grid block (written by ``demo.premise_search``) and
+the hand-written notes from ``NOTES_HEADING`` on are carried over from the existing page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from contracts.files import atomic_write_text
+from demo.miniature import t_interval
+from demo.pipeline import REPO, Log, machine
+from demo.premise_budget import HELDOUT_SEED, METHODS, STAGES, TIMINGS, PremiseBudget, eval_name, method_list
+from demo.premise_stats import N_BOOT
+
+NOTES_HEADING = "## Reading the numbers"       # from this heading on the page is written by hand and kept
+GRID_START, GRID_END = "<!-- grid:start -->", "<!-- grid:end -->"   # demo.premise_search writes between these
+
+
+def _pct(x: float) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+def _kx(x: float) -> str:
+    return f"> {'grid'}" if math.isinf(x) else f"{x:.1f}"
+
+
+def _mean_t(vals: Sequence[float], scale: float = 100.0, signed: bool = False, digits: int = 1) -> str:
+    vals = [float(v) for v in vals]
+    if not vals:
+        return ""
+    m, hw = t_interval(vals)
+    f = f"{'+' if signed else ''}.{digits}f"
+    return f"{format(scale * m, f)}" + ("" if hw is None else f" ± {format(scale * hw, f'.{digits}f')}")
+
+
+def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
+    tdir = out / "tables"
+    curves = pd.read_csv(tdir / "passk_curves.csv")
+    diff = pd.read_csv(tdir / "passk_diff.csv")
+    cross = json.loads((tdir / "crossover.json").read_text())
+    distinct = pd.read_csv(tdir / "distinct.csv")
+    methods = pd.read_csv(tdir / "methods.csv")
+    ent = pd.read_csv(tdir / "entropy_positions.csv")
+    relay = pd.read_csv(tdir / "relay_passk.csv") if (tdir / "relay_passk.csv").is_file() else None
+    wsum = json.loads((out / "warmup" / "warmup_summary.json").read_text())
+    stages = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
+    timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).is_file() else {}
+    ks = sorted(curves["k"].unique())
+    K = int(max(ks))
+    held = [json.loads(x) for x in (out / "data" / "heldout.jsonl").read_text().splitlines()]
+    ns = np.array([r["n_solutions"] for r in held])
+    rel = os.path.relpath(REPO / "docs" / "premise", REPO / "docs")
+    lines = [
+        "# The premise in miniature: on-policy RL narrows the policy, and the relay",
+        "",
+        "Paper §3 / Figure 2: as on-policy RL sharpens the policy, reasoning states that earlier checkpoints reached "
+        "disappear from its samples, so the final checkpoint's pass@k at large k falls while its pass@1 rises, and a "
+        "relay (an early checkpoint writes the first half of a response, the final one continues) can beat the final "
+        "checkpoint alone at large k. This page measures both on CPU with a 1M-parameter policy on the embedded "
+        "countdown task, where most problems have several valid solution paths (the addition miniature of "
+        "`docs/miniature.md` has one path per problem and showed no narrowing).",
+        "",
+        f"Regenerate: `{command}` (resumable: finished runs, graded problems and relay problems are skipped; "
+        "`python -m demo.premise --write-only` rewrites this page from the cached tables; the figures and "
+        "`notebooks/premise.ipynb` read the same tables under `<out>/tables/`). The grid that chose this regime: "
+        "`python -m demo.premise_search` (section *Grid searched*).",
+        "",
+        "## Regime",
+        "",
+        f"- task: countdown with {b.numbers} numbers in 1..{b.max_number}, target in {b.min_target}..{b.max_target}, "
+        "every given number used once, + − × and exact ÷ (`scoring.tasks.countdown`); held-out split of "
+        f"{len(held)} problems (seed {HELDOUT_SEED}, prompts removed from both training pools): solutions per "
+        f"problem mean {ns.mean():.2f}, median {np.median(ns):.0f}, {np.mean(ns >= 2):.0%} with two or more",
+        f"- policy: tiny:{b.model_size}, supervised warm-up {wsum['steps']} steps of 64 (lr {b.warmup_lr:g}, "
+        f"cosine; final loss {wsum['loss_last']:.3f}) on {wsum['pool']} solver traces, each ONE solution drawn at "
+        "random among the problem's solutions",
+        f"- RL, identical for every run: {b.total_steps} steps x {b.prompts_per_step} prompts x "
+        f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, AdamW lr {b.lr:g}, sampling "
+        f"temperature {b.temperature:g}; presets `trainer/configs/mini_*.yaml` for the rest (dynamic sampling, at "
+        f"most 2 rounds). Thinking Seeds T = {b.seed_interval}; early checkpoint = on-policy seed 0 after "
+        f"{b.early_step} steps",
+        f"- evaluation: n = {b.eval_n} samples per problem at temperature 1.0, <= {b.max_response_tokens} tokens; "
+        "pass@k by the unbiased estimator (`contracts.passk`); intervals are 95 % percentile bootstraps over "
+        f"problems ({N_BOOT} resamples, seed 0; differences paired over the same problems) unless stated",
+        "",
+        "## Does RL narrow the policy? warm-up vs early vs final (on-policy, training seed 0)",
+        "",
+        f"![pass@k of warm-up, early and final]({rel}/premise_passk.png)",
+        "",
+        "| k | " + " | ".join(f"{m} pass@k % [95% CI]" for m in ("warmup", "early", "final"))
+        + " | final − warm-up, points [95% CI] |",
+        "|---:|---|---|---|---|",
+    ]
+    for k in ks:
+        cells = []
+        for m in ("warmup", "early", "final"):
+            r = curves[(curves["model"] == m) & (curves["k"] == k)].iloc[0]
+            cells.append(f"{_pct(r['pass'])} [{_pct(r['low'])}, {_pct(r['high'])}]")
+        d = diff[(diff["model"] == "final") & (diff["k"] == k)].iloc[0]
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, "
+                     f"{100 * d['high']:+.1f}] |")
+    cf, ce = cross["final"], cross["early"]
+    lines += [
+        "",
+        f"**Crossover** (the k at which final − warm-up pass@k turns non-positive, linear in log2 k between grid "
+        f"points): final **k = {_kx(cf['crossover_k'])}** (95 % bootstrap over problems [{_kx(cf['low'])}, "
+        f"{_kx(cf['high'])}]; {cf['frac_within_grid']:.0%} of resamples cross inside 1 < k <= {K}); early "
+        f"checkpoint k = {_kx(ce['crossover_k'])} [{_kx(ce['low'])}, {_kx(ce['high'])}].",
+        "",
+        "Distinct correct solutions per problem among the n samples (final `= EXPR` line as an expression tree, "
+        "operands of + and × unordered, as the task's solver counts solutions):",
+        "",
+        "| model | distinct correct / problem [95% CI] | on problems with >= 2 solutions | share of the solver's "
+        "solutions found | problems solved (pass@n) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for _, r in distinct.iterrows():
+        lines.append(f"| {r['model']} | {r['distinct_correct']:.2f} [{r['low']:.2f}, {r['high']:.2f}] | "
+                     f"{r['distinct_multi']:.2f} | {_pct(r['coverage'])} % | {_pct(r['solved'])} % |")
+    tok = ent.assign(w=ent["entropy"] * ent["tokens"]).groupby("step")[["w", "tokens"]].sum()
+    per_step = (tok["w"] / tok["tokens"]).to_numpy()
+    n5 = min(5, len(per_step))
+    lines += [
+        "",
+        "Per-position entropy of the on-policy rollouts over training (seed 0, the rollout records' `entropy`, which "
+        "the trainer computes for the responses of groups it trains on, i.e. groups with mixed rewards): "
+        + (f"token-mean {per_step[:n5].mean():.3f} nats over the first {n5} steps, {per_step[-n5:].mean():.3f} "
+           f"over the last {n5}." if n5 else "no trained tokens in this run."),
+        "",
+        f"![entropy by position over training]({rel}/premise_entropy.png)",
+        "",
+    ]
+    if relay is not None:
+        big = relay[relay["k"] == relay["k"].max()].iloc[0]
+        lines += [
+            "## Relay (Figure 2): early checkpoint writes half, final continues",
+            "",
+            f"Early = on-policy seed 0 after {b.early_step} steps, final = after {b.total_steps}; cut 0.5 of the "
+            f"early response's tokens; n = {b.relay_n} relay and {b.relay_n} final-only samples per problem "
+            "(`tsanalysis.relay`); interval: paired bootstrap over problems.",
+            "",
+            f"![relay minus final]({rel}/premise_relay.png)",
+            "",
+            "| k | early % | relay % | final only % | relay − final, points [95% CI] |",
+            "|---:|---:|---:|---:|---|",
+        ]
+        for _, r in relay.iterrows():
+            lines.append(f"| {int(r['k'])} | {_pct(r['early'])} | {_pct(r['relay'])} | {_pct(r['final'])} | "
+                         f"{100 * r['diff']:+.1f} [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}] |")
+        lines += ["", f"At k = {int(big['k'])}: relay − final = **{100 * big['diff']:+.1f} points "
+                      f"[{100 * big['diff_low']:+.1f}, {100 * big['diff_high']:+.1f}]**.", ""]
+    # methods
+    lines += [
+        "## Methods table (training seeds)",
+        "",
+        f"Every method from the same warm-up with the same RL budget, once per training seed (0..{b.seeds - 1}); "
+        "mean ± 95 % Student-t half-width over the seeds that finished (none for one seed); \"vs on-policy\" is the "
+        "mean paired difference to on-policy with the same training seed, with its t-interval. Crossover: per seed, "
+        "the k where the run's pass@k falls to the warm-up's (`> grid`: never within k <= "
+        f"{K}), listed per seed.",
+        "",
+        f"| method | seeds | pass@1 % | pass@1 vs on-policy | pass@8 % | pass@{K} % | pass@{K} vs on-policy | "
+        "distinct correct / problem | crossover k per seed | train wall s / run |",
+        "|---|---:|---|---|---|---|---|---|---|---:|",
+    ]
+    w = curves[curves["model"] == "warmup"].set_index("k")["pass"]
+    wd = distinct.set_index("model").loc["warmup", "distinct_correct"]
+    lines.append(f"| supervised warm-up (no RL) | – | {_pct(w[1])} | – | {_pct(w.get(8, math.nan))} | {_pct(w[K])} | – | "
+                 f"{wd:.2f} | – | – |")
+    base = methods[methods["method"] == "onpolicy"].set_index("seed")
+    for method in method_list(b):
+        d = methods[methods["method"] == method]
+        if d.empty:
+            lines.append(f"| {METHODS[method].paper} | 0/{b.seeds} | not run | | | | | | | |")
+            continue
+        vs = [r[f"pass@{K}"] - base.loc[r["seed"], f"pass@{K}"] for _, r in d.iterrows()
+              if method != "onpolicy" and r["seed"] in base.index]
+        vs1 = [r["pass@1"] - base.loc[r["seed"], "pass@1"] for _, r in d.iterrows()
+               if method != "onpolicy" and r["seed"] in base.index]
+        walls = [timings.get(eval_name(method, s), {}).get("wall_s") for s in d["seed"]]
+        walls = [x for x in walls if x]
+        p8 = _mean_t(d["pass@8"]) if "pass@8" in d else ""
+        lines.append(
+            f"| {METHODS[method].paper} | {len(d)}/{b.seeds} | {_mean_t(d['pass@1'])} | "
+            f"{_mean_t(vs1, signed=True) if vs1 else '–'} | {p8} | "
+            f"{_mean_t(d[f'pass@{K}'])} | {_mean_t(vs, signed=True) if vs else '–'} | "
+            f"{_mean_t(d['distinct_correct'], scale=1.0, digits=2)} | "
+            f"{', '.join(_kx(x) for x in d['crossover_k'])} | {f'{np.mean(walls):.0f}' if walls else ''} |")
+    per_seed = methods.pivot_table(index="method", columns="seed", values=f"pass@{K}")
+    lines += ["", f"pass@{K} per seed: " + "; ".join(
+        f"{m} " + ", ".join(_pct(v) for v in per_seed.loc[m].dropna()) for m in method_list(b) if m in per_seed.index),
+        ""]
+    total_w = sum(s.get("wall_s", 0) for s in stages.values())
+    lines += ["## Cost", "", "| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
+    for name, s in stages.items():
+        lines.append(f"| {name} | {s['wall_s']:.0f} | {s['cpu_s']:.0f} | {s.get('note', '')} |")
+    lines += [f"| **total** | {total_w:.0f} | {sum(s.get('cpu_s', 0) for s in stages.values()):.0f} | "
+              f"{total_w / 60:.1f} minutes |", "",
+              f"{machine(threads=False)}; training used "
+              f"{', '.join(sorted({str(t['threads']) for t in timings.values()})) or '?'} torch thread(s). Written "
+              f"{time.strftime('%Y-%m-%d %H:%M')} from `{'runs/premise' if _default_out(out) else out}`.", ""]
+    return "\n".join(lines)
+
+
+def _default_out(out: Path) -> bool:
+    """Whether ``out`` is the default ``runs/premise`` (of any checkout)."""
+    return Path(out).parts[-2:] == ("runs", "premise")
+
+
+def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str | None = None) -> str:
+    """``doc`` from the cached tables; figures copied to ``docs/premise/`` beside it; the grid block and the
+    hand-written notes of an existing page are kept."""
+    command = command or ("python -m demo --premise" + ("" if _default_out(out) else f" --out {out}"))
+    page = render_page(out, b, command=command)
+    fig_dir = doc.parent / "premise"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for f in (out / "figures").glob("premise_*.png"):
+        shutil.copyfile(f, fig_dir / f.name)
+    old = doc.read_text() if doc.is_file() else ""
+    grid = (old[old.index(GRID_START):old.index(GRID_END) + len(GRID_END)] if GRID_START in old and GRID_END in old
+            else f"{GRID_START}\n(run `python -m demo.premise_search --write-grid` to fill this section)\n{GRID_END}")
+    page = page.rstrip("\n") + "\n\n## Grid searched\n\n" + grid + "\n"
+    if NOTES_HEADING in old:
+        page += "\n" + old[old.index(NOTES_HEADING):]
+    atomic_write_text(doc, page)
+    log(f"wrote {doc}")
+    return page
