@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 QUICK ?=
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-fast demo bench clean
 
 install: $(STAMP)
 
@@ -25,8 +25,13 @@ $(STAMP): pyproject.toml
 	$(if $(HAS_CUDA),,$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec)
 	touch $(STAMP)
 
+# The tiers are the `slow` marker (pyproject.toml; tests/conftest.py says what counts as slow). `make test` is
+# everything and the CI command; `make test-fast` is the one-minute loop: every test not marked slow.
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 demo: install
 	$(BIN)/python -m demo $(if $(QUICK),--quick,)

@@ -1,4 +1,19 @@
-"""Shared fixtures: the shared data folder and one supervised tiny policy reused by the end-to-end tests."""
+"""Shared fixtures (the shared data folder, one supervised tiny policy reused by the end-to-end tests) and the
+suite's two rules of conduct.
+
+Tiers: a test marked ``slow`` (pyproject.toml's ``markers``) is left out of ``make test-fast``
+(``pytest -m "not slow"``); ``make test`` runs everything. A test is slow when it starts a subprocess, torchrun
+or a vLLM engine, trains more than a few steps, or takes over ~2 s on idle cores. The fast tier keeps itself
+honest here: every test not marked slow that takes longer than ``FAST_TEST_S`` (setup, call and teardown) is
+named in the terminal summary, to be marked slow or made fast (a report, not a timed assertion: a loaded machine
+must not fail a test).
+
+Threads: the session runs torch at ``TEST_THREADS`` threads on every machine (the count CI's 2 cores give, and
+the one the pinned numbers of the end-to-end tests were measured at: a trained model's float reductions depend
+on it). ``THINKING_SEEDS_TEST_THREADS=N`` runs the suite at another count; a test that passes at only one count
+is a defect. A test module (its fixtures included) that leaves torch at another count fails at its last test's
+teardown, and the count is restored, so one module's setting never leaks into the next one's numbers.
+"""
 
 import os
 from pathlib import Path
@@ -9,7 +24,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
-torch.set_num_threads(2)
+TEST_THREADS = int(os.environ.get("THINKING_SEEDS_TEST_THREADS", "2"))
+FAST_TEST_S = 5.0   # a non-slow test over this many seconds is reported (2 s on idle cores, with room for load)
+
+torch.set_num_threads(TEST_THREADS)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -27,6 +45,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+_SLOW_FAST_TESTS: dict[str, float] = {}   # nodeid -> seconds, for tests not marked slow
+
+
+def pytest_runtest_logreport(report):
+    if "slow" not in report.keywords and report.outcome != "skipped":
+        _SLOW_FAST_TESTS[report.nodeid] = _SLOW_FAST_TESTS.get(report.nodeid, 0.0) + report.duration
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a module's last test (its module fixtures torn down): torch's thread count is the session's again."""
+    result = yield
+    if nextitem is None or nextitem.module is not item.module:
+        threads = torch.get_num_threads()
+        if threads != TEST_THREADS:
+            torch.set_num_threads(TEST_THREADS)
+            pytest.fail(f"{item.module.__name__} left torch at {threads} threads (the session runs at "
+                        f"{TEST_THREADS}): restore the count in the fixture or test that changed it", pytrace=False)
+    return result
+
+
+def pytest_terminal_summary(terminalreporter):
+    over = sorted(((s, n) for n, s in _SLOW_FAST_TESTS.items() if s > FAST_TEST_S), reverse=True)
+    if over:
+        terminalreporter.section(f"tests not marked slow that took over {FAST_TEST_S:.0f} s (mark them slow, or "
+                                 f"make them fast; a loaded machine inflates these)")
+        for s, n in over:
+            terminalreporter.write_line(f"{s:7.1f} s  {n}")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     assert SHARED_DATA.is_dir(), f"tests read benchmark data from {SHARED_DATA} (the repo sits next to shared/)"
@@ -36,16 +84,13 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def sft_policy_dir(tmp_path_factory) -> Path:
     """A 1m tiny model after a short supervised warm-up on addition: usable but imperfect (built once)."""
-    from trainer.sft import sft
     from scoring.tasks import get_task
-    from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
+    from trainer.warmup import build_warmup
 
     out = tmp_path_factory.mktemp("policy") / "sft-1m-addition"
-    tokenizer = build_tokenizer()
-    model = build_model("1m", tokenizer, seed=0)
     examples = get_task("addition").make_examples(2000, seed=123, **TASK_KWARGS)
     # Stop on the loss, not a step count: addition is learnt abruptly, and the loss stop lands the policy
-    # reliably in the imperfect middle (about 70 % sampled accuracy), leaving RL room to improve.
-    sft(model, tokenizer, examples, steps=600, batch_size=64, lr=3e-3, seed=0, stop_loss=0.04, log=None)
-    save_pretrained_atomic(model, tokenizer, out)
+    # reliably in the imperfect middle (about 70 % sampled accuracy), leaving RL room to improve. Two threads,
+    # fixed: the count the tests' pinned accuracies were measured at (this file sets it for the session).
+    build_warmup(out, size="1m", examples=examples, steps=600, stop_loss=0.04, seed=0, threads=2)
     return out

@@ -78,6 +78,7 @@ def test_published_rows_load_for_every_data_source_and_render_as_livecodebench()
     assert text.startswith(SYSTEM_PROMPT) and "\\boxed" not in text
 
 
+@pytest.mark.slow   # 56 sandboxed programs, 14 of them hanging to the 1 s limit
 def test_reward_of_correct_wrong_crashing_and_hanging_programs_in_the_published_format():
     exs = load()
     for e in exs:
@@ -104,7 +105,7 @@ def test_parallel_grading_agrees_with_serial_and_grades_repeats_once():
     parallel = rewards.grade_code_batch(responses, examples, workers=2)
     assert [v.verdict for v in serial] == [v.verdict for v in parallel] == \
         ["pass", "wrong_answer", "pass", "pass", "wrong_answer", "pass"]
-    assert rewards.grade_responses("code", responses, examples)[1].verdict == "wrong_answer"
+    assert rewards.grade_task_batch("code", responses, examples)[1].verdict == "wrong_answer"
 
 
 def test_infrastructure_failures_are_ungraded_never_wrong(monkeypatch):
@@ -181,26 +182,30 @@ def test_dry_run_checks_template_task_data_and_reward(capsys, monkeypatch):
     assert "OK   data: 14 rows" in capsys.readouterr().err
 
     def no_sandbox(*a, **k):
-        raise ImportError("No module named 'scoring._sandbox_child'")
-    monkeypatch.setattr(rewards, "grade_code_batch", no_sandbox)
+        raise ImportError("No module named 'scoring.sandbox.runner'")
+    import trainer.preflight
+    monkeypatch.setattr(trainer.preflight, "grade_code_batch", no_sandbox)   # where the dry run looks it up
     with pytest.raises(SystemExit):
         main(["--config", preset, "--dry-run"])
     assert "FAIL reward: the 'code' reward cannot be built: ImportError" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # 24 sandboxed programs
 def test_minicode_rows_carry_tests_their_solutions_pass():
     from scoring.tasks import get_task
     rows = get_task("minicode").make_examples(12, seed=3)
     assert {r["testtype"] for r in rows} == {"stdin", "functional"}
-    vs = rewards.grade_responses("minicode", [r["solution"] for r in rows], rows)
+    vs = rewards.grade_task_batch("minicode", [r["solution"] for r in rows], rows)
     assert [v.verdict for v in vs] == ["pass"] * 12
     # the other kind's program, or another operation's, fails
     swapped = [rows[(i + 1) % 12]["solution"] for i in range(12)]
-    assert not any(v.correct for v in rewards.grade_responses("minicode", swapped, rows))
+    assert not any(v.correct for v in rewards.grade_task_batch("minicode", swapped, rows))
 
 
+@pytest.mark.slow   # an eval run, graded in the sandbox
 def test_minicode_is_a_benchmark_graded_in_the_sandbox(tmp_path):
     from eval.benchmarks import get_benchmark
+    from eval.config import EvalConfig
     from eval.run import run_eval
     from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
     bench = get_benchmark("minicode")
@@ -211,12 +216,13 @@ def test_minicode_is_a_benchmark_graded_in_the_sandbox(tmp_path):
     assert bench.grade("print(1)", problems[0]).verdict == "wrong_answer"
     tok = build_tokenizer()
     save_pretrained_atomic(build_model("1m", tok, seed=0), tok, tmp_path / "tiny")
-    res = run_eval([str(tmp_path / "tiny")], ["minicode"], out=tmp_path / "eval", n=2, limit=3, seed=0, engine="hf",
-                   progress=False, max_tokens=16)
+    res = run_eval(EvalConfig(models=[str(tmp_path / "tiny")], benchmarks=["minicode"], out=str(tmp_path / "eval"),
+                              n=2, limit=3, seed=0, engine="hf", progress=False, max_tokens=16))
     [rep] = res["reports"]
     assert rep["benchmark"] == "minicode" and rep["problems"] == 3
 
 
+@pytest.mark.slow   # a warm-up and RL steps, every reward a sandbox run
 def test_mini_code_preset_trains_with_rewards_from_the_sandbox(tmp_path):
     """Two RL steps of the miniature code preset after a short warm-up: every reward is the verdict of a program run
     in the sandbox (none ungraded), recorded per response."""
@@ -238,6 +244,7 @@ def test_mini_code_preset_trains_with_rewards_from_the_sandbox(tmp_path):
 
 
 
+@pytest.mark.slow   # the code table's warm-up and 60 RL steps
 def test_code_table_on_policy_run_raises_the_held_out_pass_rate(tmp_path):
     """The on-policy row of the miniature code table (demo.miniature, seed 0) run as the sweep runs it: the shared
     supervised warm-up on the solver programs, then 60 RL steps of the mini_code_onpolicy preset whose every reward
@@ -248,13 +255,15 @@ def test_code_table_on_policy_run_raises_the_held_out_pass_rate(tmp_path):
     and the table's three seeds spread over 15 points (docs/miniature.md), so the size of one seed's rise is
     not what this test pins: that there is one."""
     from demo.pipeline import CODE, CODE_METHODS, final_checkpoint, make_data, run_config, warmup
+    from eval.config import EvalConfig
     from eval.run import run_eval
     from trainer.fsdp import Dist
     from trainer.train import train
 
     def held_out(model: Path, name: str) -> float:
-        res = run_eval([str(model)], [CODE.task], names=[name], out=tmp_path / "eval", n=CODE.eval_n,
-                       limit=CODE.eval_limit, seed=0, engine="hf", progress=False, log=lambda m: None)
+        res = run_eval(EvalConfig(models=[str(model)], benchmarks=[CODE.task], names=[name],
+                                  out=str(tmp_path / "eval"), n=CODE.eval_n, limit=CODE.eval_limit, seed=0,
+                                  engine="hf", progress=False), log=lambda m: None)
         [rep] = res["reports"]
         assert rep["problems"] == CODE.eval_limit and not rep.get("ungraded")
         return rep["avg"]

