@@ -5,7 +5,7 @@
 ``max_tokens=3072``), then ``key=value`` overrides. ``load_eval_config`` is that merge; ``run_eval(cfg)`` validates
 the result (``validate``) before any data or model is read. Each field's help text below is its one description:
 the command's ``--help`` is generated from it. Choice fields are typed once as ``Literal`` (the engine names come
-from ``inference.engines``, the templates from ``scoring.templates``) and checked from that type.
+from ``inference.names``, the templates from ``scoring.templates``) and checked from that type.
 """
 
 from __future__ import annotations

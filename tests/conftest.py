@@ -36,7 +36,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 TASK_KWARGS = {"min_digits": 1, "max_digits": 2}
 
 
+# Fixtures that make every test using them slow (built once per session, minutes on 2 cores): such a test is
+# marked slow here, whatever its own decorators say.
+SLOW_FIXTURES = {"sft_policy_dir"}
+
+
+@pytest.hookimpl(tryfirst=True)   # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -29,6 +29,7 @@ def main(spec: dict) -> int:
     import inference.hub
     import trainer.fsdp
     import trainer.train   # every import before the process group starts: ranks reach it together
+    import trainer.warmup
 
     torch.set_num_threads(1)
     rank = os.environ["RANK"]
@@ -43,6 +44,7 @@ def main(spec: dict) -> int:
         return resolve(name, what=what, download=download)
 
     inference.hub.resolve_model = slow_resolve
+    trainer.warmup.resolve_model = slow_resolve   # where the trainer's hub_snapshot looks it up
     if spec["mode"] == "train":
         return trainer.train.main(spec["overrides"])
     d = trainer.fsdp.init_distributed()

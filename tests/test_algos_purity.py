@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import torch
 
 import trainer.algos
@@ -13,6 +15,7 @@ FORBIDDEN_MODULES = ["vllm", "transformers", "pyarrow", "pandas", "yaml", "wandb
 ALGOS_DIR = pathlib.Path(trainer.algos.__file__).parent
 
 
+@pytest.mark.slow
 def test_import_in_fresh_interpreter_loads_no_forbidden_module():
     code = (
         "import json, sys\n"

@@ -54,6 +54,7 @@ def test_bad_yaml_file(tmp_path):
         load_config(tmp_path / "missing.yaml")
 
 
+@pytest.mark.slow
 def test_cli_fails_before_building_a_model(tmp_path):
     # An unknown key exits with status 2 and a clear message; no run directory is created.
     res = subprocess.run([sys.executable, "-m", "trainer.train", f"output_dir={tmp_path}", "bogus_key=1"],

@@ -158,6 +158,7 @@ def test_checkpoints_of_other_versions_are_refused_with_what_to_do(tmp_path):
         ckpt.check_format(path)
 
 
+@pytest.mark.slow
 def test_the_cli_reports_an_old_checkpoint_in_one_line(tmp_path):
     _old_format(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")

@@ -244,6 +244,7 @@ def _flip_first_comparison(problem) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_humaneval_canonical_pass_and_mutants_fail(humaneval):
     assert len(humaneval) == 164
     ps = humaneval

@@ -127,6 +127,7 @@ def test_olympiadbench_multi_answer_and_units():
 
 # ---- the six benchmarks ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @needs_data
 def test_benchmark_sizes_ids_and_gold_parse(problems, pool):
     sizes = {b: len(p) for b, p in problems.items()}
@@ -157,6 +158,7 @@ def test_benchmark_sizes_ids_and_gold_parse(problems, pool):
 
 
 @needs_data
+@pytest.mark.slow
 def test_reference_solutions_are_accepted(problems, pool):
     """MATH-500 and Minerva reference solutions, graded as responses against their own golds: 769/772 accepted
     by math-verify (the 3 misses are the allow-listed data quirks); the Qwen-style cross-check agrees on 768."""
@@ -182,6 +184,7 @@ def test_reference_solutions_are_accepted(problems, pool):
                       "math500:test/algebra/101.json": (True, False), "minerva:139": (True, False)}
 
 
+@pytest.mark.slow
 @needs_data
 def test_wrong_golds_are_rejected(problems, pool):
     """The same solutions against the next problem's gold: only coincidentally equal golds pass."""
@@ -227,6 +230,7 @@ def test_disagreements_rows():
 
 # ---- the pool's hard timeout -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pool_kills_a_hung_item_and_keeps_grading():
     # sympy evaluates 9^(9^(9^9)) for ever; math-verify's own alarm is off inside the pool
     items = [(r"\boxed{5}", "5", False, None), (r"\boxed{9^{9^{9^{9}}}}", "5", False, None)]

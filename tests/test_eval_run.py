@@ -209,6 +209,7 @@ def _grade(samples, out, *extra):
                      str(samples), "--out", str(out), "--no-progress", "--workers", "2", *extra])
 
 
+@pytest.mark.slow
 @needs_data
 def test_samples_resume_after_crash_equals_uninterrupted(samples_file, tmp_path):
     full = tmp_path / "full"
@@ -586,6 +587,7 @@ def test_duplicate_ids_and_bad_lines_in_problem_files(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_message_not_a_traceback(tmp_path):
     import subprocess
     import sys
@@ -650,6 +652,7 @@ def test_data_parallel_size_is_checked_before_anything_runs(tiny_model, tmp_path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_an_engine_process_that_cannot_start_or_dies_is_named(tmp_path):
     from eval.parallel import EngineSpec, EngineWorkerError, Job, ParallelGenerator, gpu_groups
     from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic

@@ -126,6 +126,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_verdicts_are_evalplus(humaneval_plus, mbpp_plus):
     problems = {**humaneval_plus, **mbpp_plus}
     verdicts = run_many([functools.partial(ep.grade_plus, r, problems[pid]) for pid, r, _ in CASES], workers=2)

@@ -412,6 +412,7 @@ def test_loaders_explain_missing_results(tmp_path):
 
 
 # ---- make_all --------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_make_all_on_a_folder_of_runs(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)   # results/analysis/<run> (the CLI default) is looked up relative to the cwd
     runs = _copy_runs(runs, tmp_path / "runs")   # relay folders are added and an mtime is moved below
@@ -447,6 +448,7 @@ def test_make_all_on_a_folder_of_runs(runs, tmp_path, capsys, monkeypatch):
     assert "onpolicy positions: computed" in printed and "minibatch positions: up to date" in printed
 
 
+@pytest.mark.slow
 def test_make_all_on_a_single_run_and_explicit_choices(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # one on-policy run: its own analysis folder, Figures 3 and Lemma 4 drawn; the rest skipped, with commands
@@ -477,6 +479,7 @@ def test_make_all_on_a_single_run_and_explicit_choices(runs, tmp_path, capsys, m
     assert make_all_main([str(tmp_path / "missing")]) == 2
 
 
+@pytest.mark.slow
 def test_automatic_choices_follow_the_paper_settings(tmp_path):
     """With the demo's mini configs, make_all picks the paper's pairings without being told."""
     configs = {

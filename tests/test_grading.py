@@ -29,6 +29,7 @@ def test_in_process_modes_turn_a_crash_into_grader_error(mode):
     assert [v.answer for v in got] == ["3", "4", "<x>", "7"]
 
 
+@pytest.mark.slow
 def test_process_mode_keeps_order_and_names_each_failure():
     items = [(math_item, r"so \boxed{5}", "5", False, None),   # graded: pass
              (int, "x"),                                       # the grader raises: grader_error

@@ -75,6 +75,7 @@ def _has_dist(name: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_every_preset_imports_in_the_installed_environment():
     """The union of what every preset needs on this machine (CPU, 2 ranks), imported for real in a fresh
     interpreter: a module that is found but fails to import (a build for another torch) fails here too."""

@@ -184,3 +184,19 @@ def test_nothing_imports_a_cli_module_or_calls_anothers_main():
             if attr == "main":
                 bad.append(f"{path.relative_to(ROOT)}:{line} takes main() from {target}")
     assert not bad, bad
+
+
+# Modules a command line or a config error reaches before any model is built: they load no torch, transformers or
+# vLLM (a typo in a config or ``--help`` answers at once, not after seconds of imports).
+LIGHT_MODULES = ("contracts.config", "inference.names", "inference.hub", "eval.config", "tsanalysis.cli")
+
+
+@pytest.mark.slow   # a fresh interpreter
+def test_config_and_command_modules_stay_light():
+    import subprocess
+    import sys
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in LIGHT_MODULES)
+            + "print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"{LIGHT_MODULES} loaded {out.stdout.strip()}"

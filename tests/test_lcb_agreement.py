@@ -17,6 +17,8 @@ from eval.benchmarks import livecodebench as lcb
 from eval.benchmarks.base import Problem
 from scoring.sandbox import run_many
 
+pytestmark = pytest.mark.slow   # every test here runs programs in the sandbox against the reference harness
+
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "lcb" / "corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines()]
 TIMEOUT_S = 3.0   # the corpus's per-test limit (make_corpus.TIMEOUT_S)

@@ -3,11 +3,14 @@ attack it: the harness runs in the program's process, so nothing it writes may t
 
 import time
 
+import pytest
+
 from scoring.code import grade_code
 
 TESTS = [{"input": "3\n1 2 3\n", "output": "6\n"}, {"input": "1\n5\n", "output": "5\n"}]
 
 
+@pytest.mark.slow
 def test_ignoring_the_alarm_still_ends_in_time_limit():
     t0 = time.monotonic()
     v = grade_code("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n",

@@ -20,6 +20,8 @@ from scoring.math import grade_math
 from scoring.pool import WorkerPool, apply, math_item, qwen_item
 from scoring.qwen import disagreements, extract_answer_qwen, grade_qwen, math_equal, qwen_reading, strip_string
 
+pytestmark = pytest.mark.slow   # the reference grader runs in worker processes over every benchmark gold
+
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "math" / "qwen_reference.jsonl"
 HBAR = r"\hbar \omega(v+1 / 2)-\frac{E_{0}^{2} e^{2}}{2 m \omega^{2}}"   # Minerva 261
 

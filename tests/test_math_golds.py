@@ -71,6 +71,7 @@ def test_number_golds_parse_to_the_number_written(problems):
     assert gold_number("e-5") is None and gold_number("2e^{3}") is None and gold_number("69,84") is None
 
 
+@pytest.mark.slow
 def test_every_gold_parses_and_e_is_euler_only_where_written(problems):
     keyed = [(b, p) for b in MATH_BENCHMARKS for p in problems[b] if gold_number(p.gold) is None]
     with WorkerPool(apply, workers=2, timeout=30.0) as pool:
@@ -113,6 +114,7 @@ def _off(mant: str) -> str:
     return mant[:-1] + (str(int(last) + 1) if last != "9" else "8")
 
 
+@pytest.mark.slow
 def test_e_notation_golds_grade_as_numbers(problems):
     """Each of Minerva's 58 e-notation golds: the answer written as a power of ten is right for both graders;
     e-notation in the box is right; the mantissa's last digit off is wrong; Euler's e is wrong."""

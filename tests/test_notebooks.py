@@ -16,6 +16,8 @@ import pytest
 from figures.make_all import make_all
 from test_figures import PNG_MAGIC, synthetic_relay, synthetic_runs
 
+pytestmark = pytest.mark.slow   # every test here executes a notebook in a kernel
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = ["fig2_relay", "fig3_entropy_clip_positions", "fig4_seeded_positions", "fig5_truncation_tokens",
             "lemma4_zero_advantage"]

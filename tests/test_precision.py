@@ -114,6 +114,7 @@ def _fsdp_worker(out: str) -> None:   # torchrun entry: the same three steps sha
     shutdown(d)
 
 
+@pytest.mark.slow
 def test_fsdp2_mixed_precision_matches_the_one_process_path(tmp_path):
     """FSDP2 (MixedPrecisionPolicy bf16 / fp32 reduce over fp32 shards, 2 ranks, gloo) and the one-process casts
     compute the same update: the two differ only by the order of bf16 gradient sums."""

@@ -115,6 +115,7 @@ def toy(tmp_path_factory):
     return out, doc, res, logs
 
 
+@pytest.mark.slow
 def test_toy_regime_writes_every_table_figure_and_the_page(toy):
     out, doc, res, _ = toy
     for name in ("passk_curves", "passk_diff", "distinct", "methods", "entropy_positions", "relay_passk"):
@@ -130,6 +131,7 @@ def test_toy_regime_writes_every_table_figure_and_the_page(toy):
         assert section in page, section
 
 
+@pytest.mark.slow   # the toy regime: a warm-up and four short runs
 def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
     from eval.samples import read_samples
 
@@ -160,6 +162,7 @@ def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
         assert set(ent["step"]) <= set(range(TOY.total_steps)) and (ent["entropy"] >= 0).all()
 
 
+@pytest.mark.slow   # the toy regime: a warm-up and four short runs
 def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
     out, doc, _, _ = toy
     run_file = out / "runs" / "onpolicy-seed0" / "metrics.jsonl"
@@ -176,6 +179,7 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
         prepare_out(out, replace(TOY, lr=1e-3), fresh=False, log=lambda m: None)
 
 
+@pytest.mark.slow
 def test_the_notebook_draws_the_three_figures_from_the_tables(toy, monkeypatch):
     import base64
 
@@ -199,6 +203,7 @@ def test_the_notebook_draws_the_three_figures_from_the_tables(toy, monkeypatch):
     assert all(base64.b64decode(i.data["image/png"])[:8] == PNG_MAGIC for i in images)
 
 
+@pytest.mark.slow
 def test_demo_premise_flag_reaches_the_premise_command():
     proc = subprocess.run([sys.executable, "-m", "demo", "--premise", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -62,6 +62,7 @@ def _ids(comps) -> list[list[int]]:
     return [c.token_ids for c in comps]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast", [True, False], ids=["layers", "model_forward"])
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
 def test_a_row_samples_the_same_alone_in_a_batch_anywhere_and_micro_batched(setup, fast, top_p):

@@ -157,6 +157,7 @@ def test_status_classification():
 
 # ------------------------------------------------------------------------------------------- hostile corpus
 
+@pytest.mark.slow
 @full
 def test_fork_bomb_is_stopped_and_host_process_count_recovers():
     tag, bomb = _tagged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
@@ -176,6 +177,7 @@ def test_memory_bomb_is_memory_limit():
     assert sb.run_program("x = bytearray(2 ** 40)", memory_mb=256).status == "memory_limit"
 
 
+@pytest.mark.slow
 def test_infinite_loop_is_time_limit_within_slack():
     t0 = time.monotonic()
     r = sb.run_program("while True:\n    pass\n", timeout_s=1.0)
@@ -347,6 +349,7 @@ def test_require_isolation(monkeypatch):
         sb.run_program("print(1)", require_isolation=True)
 
 
+@pytest.mark.slow
 def test_degraded_mode_still_limits_and_kills_detached_children(tmp_path):
     """No namespaces (as on a machine without unshare): rlimits, a temp working directory, a minimal
     environment, and the pids cgroup / process group to kill what the program left behind."""

@@ -65,6 +65,7 @@ def test_loss_is_token_mean_over_solution_tokens(tok):
     assert loss.item() == pytest.approx(total / count, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_short_sft_learns_one_digit_addition(tok):
     """150 steps of 32 (≈14 s on one busy core): the solution loss drops >20x, greedy accuracy 0 -> >= 0.6.
 

@@ -47,6 +47,7 @@ def sampled_accuracy(model_dir: Path, n_prompts: int = 96, samples: int = 4, see
     return sum(rewards) / len(rewards)
 
 
+@pytest.mark.slow
 def test_reward_rises_on_addition(tmp_path, sft_policy_dir):
     # 256 held-out prompts x 4 samples (a 96-prompt measure moved by +0.8 points after 16 steps on one machine and
     # passed on another); 24 steps measured here: 65.7 % -> 79.3 %
@@ -106,6 +107,7 @@ def _strip_times(lines):
     return [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")} for x in lines]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["dapo", "seeds"])
 def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path, sft_policy_dir, algorithm):
     extra = dict(total_steps=5, save_every=1, algorithm=algorithm, seed_refresh_interval=4)
@@ -297,6 +299,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_gradient_invariant_to_world_size(tmp_path):
     single, _ = grads_for(5)
     worker = REPO / "tests" / "dist_grad_worker.py"
@@ -312,6 +315,7 @@ def test_gradient_invariant_to_world_size(tmp_path):
     assert math.isfinite(diff)
 
 
+@pytest.mark.slow
 def test_supervised_warm_up_stops_at_the_loss_and_is_cached_by_it(tmp_path):
     from trainer.warmup import sft_cache_dir, warm_start
     base = [f"output_dir={tmp_path}", "model=tiny:1m", "task=addition", "sft_steps=300"]

@@ -78,6 +78,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_ranks_stream_bf16_shards_bit_equal_to_the_cast_master(tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{REPO}", OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
