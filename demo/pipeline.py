@@ -40,7 +40,10 @@ from contracts.files import atomic_write_json, atomic_write_text
 from contracts.jsonl import read_jsonl
 from contracts.settings import SettingsMismatch, check_settings, claim_folder
 from eval.benchmarks import get_benchmark
+from eval.config import EvalConfig
 from eval.metrics import compare
+from eval.report import format_report
+from eval.run import run_eval
 from eval.samples import read_samples
 from figures.make_all import make_all
 from figures.style import use_headless_backend
@@ -344,9 +347,6 @@ def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, l
              baseline: str | None = BASELINE) -> dict:
     """``eval.run.run_eval`` on every (name, checkpoint); returns the leaderboard dict (``baseline`` is the
     reference of its paired comparisons). Its report lines and the leaderboard also go to ``out/eval/eval.log``."""
-    from eval.config import EvalConfig
-    from eval.report import format_report
-    from eval.run import run_eval
 
     root = out / "eval"
     root.mkdir(parents=True, exist_ok=True)

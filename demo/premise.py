@@ -57,6 +57,9 @@ from demo.premise_budget import (BUDGETS, HELDOUT_SEED, MARKER, METHODS, STAGES,
                                  PremiseBudget, eval_name, method_list)
 from demo.premise_page import write_page
 from demo.premise_stats import N_BOOT, crossover_k, crossover_table, curve_table, distinct_correct, per_problem
+from eval.config import EvalConfig
+from eval.report import format_report
+from eval.run import run_eval
 from eval.samples import read_samples
 from figures.fig2_relay import plot_relay_passk
 from figures.premise import load_tables, plot_entropy, plot_passk_curves
@@ -130,9 +133,6 @@ def checkpoint(cfg, step: int) -> Path:
 def evaluate(models: Sequence[tuple[str, Path]], b: PremiseBudget, *, heldout: Path, root: Path, n: int,
              log: Log) -> None:
     """``eval.run.run_eval`` of every (name, checkpoint) on the held-out file, n samples at temperature 1."""
-    from eval.config import EvalConfig
-    from eval.report import format_report
-    from eval.run import run_eval
 
     root.mkdir(parents=True, exist_ok=True)
     todo = [(name, p) for name, p in models]
