@@ -3,10 +3,10 @@ suite's two rules of conduct.
 
 Tiers: a test marked ``slow`` (pyproject.toml's ``markers``) is left out of ``make test-fast``
 (``pytest -m "not slow"``); ``make test`` runs everything. A test is slow when it starts a subprocess, torchrun
-or a vLLM engine, trains more than a few steps, or takes over ~2 s on idle cores. The fast tier keeps itself
-honest here: every test not marked slow that takes longer than ``FAST_TEST_S`` (setup, call and teardown) is
-named in the terminal summary, to be marked slow or made fast (a report, not a timed assertion: a loaded machine
-must not fail a test).
+or a vLLM engine, trains more than a few steps, uses a fixture of ``SLOW_FIXTURES`` (marked here), or takes
+over ~1.5 s on idle cores. The fast tier keeps itself honest here: every test not marked slow that takes longer
+than ``FAST_TEST_S`` (setup, call and teardown) is named in the terminal summary, to be marked slow or made fast (a
+report, not a timed assertion: a loaded machine must not fail a test).
 
 Threads: the session runs torch at ``TEST_THREADS`` threads on every machine (the count CI's 2 cores give, and
 the one the pinned numbers of the end-to-end tests were measured at: a trained model's float reductions depend
