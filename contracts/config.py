@@ -83,20 +83,12 @@ def coerce(name: str, value, tp):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    elif tp in (int, float):   # an int field takes ints only; a float field ints and floats (never a bool)
+        if isinstance(value, (int,) if tp is int else (int, float)) and not isinstance(value, bool):
+            return tp(value)
         if isinstance(value, str):
             try:
-                return int(value)
-            except ValueError:
-                pass
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
+                return tp(value)
             except ValueError:
                 pass
     elif tp is str:
