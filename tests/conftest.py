@@ -13,13 +13,27 @@ the one the pinned numbers of the end-to-end tests were measured at: a trained m
 on it). ``THINKING_SEEDS_TEST_THREADS=N`` runs the suite at another count; a test that passes at only one count
 is a defect. A test module (its fixtures included) that leaves torch at another count fails at its last test's
 teardown, and the count is restored, so one module's setting never leaks into the next one's numbers.
+
+Workers: ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadscope``): most tests are
+single-threaded Python (tiny models, sandboxed programs, subprocesses), so one interpreter leaves a core idle. A
+module's tests run on one worker (its module fixtures are built once), the longest modules are handed out first
+(``LONGEST_FIRST``), and the session's trained policy is built once for both workers (a file lock in the session's
+shared temporary folder). Without ``-n`` the suite runs in one process, in file order.
 """
 
 import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# Waiting OpenMP threads sleep instead of spinning (libgomp reads this when torch loads it, so it is set before the
+# import, and subprocesses inherit it): two workers at two threads each share two cores, and spinning threads
+# took the cores from each other (the fast tier ran 250 s on two workers, 92 s passive, 125 s in one process).
+# It changes when a thread waits, not what it computes.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -40,12 +54,21 @@ TASK_KWARGS = {"min_digits": 1, "max_digits": 2}
 # marked slow here, whatever its own decorators say.
 SLOW_FIXTURES = {"sft_policy_dir"}
 
+# Under xdist (``--dist loadscope``: a module's tests run on one worker, so its module fixtures are built once) the
+# modules are handed out in this order, the longest first (minutes each on 2 cores), so that no long module starts
+# last and runs alone; the rest follow in file order. Without xdist the order is the files'.
+LONGEST_FIRST = ("test_vllm", "test_demo", "test_hub_ids", "test_benchmarks", "test_multirank_train", "test_code_rl",
+                 "test_vllm_sync", "test_eval_run", "test_trainer", "test_device_check", "test_math_crosscheck")
+
 
 @pytest.hookimpl(tryfirst=True)   # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):   # every worker sorts alike: the schedulers' collections agree
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -90,13 +113,27 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def _session_root(tmp_path_factory) -> Path:
+    """The temporary folder every process of this pytest session sees: xdist's workers each get a subfolder of it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def sft_policy_dir(tmp_path_factory) -> Path:
-    """A 1m tiny model after a short supervised warm-up on addition: usable but imperfect (built once)."""
+    """A 1m tiny model after a short supervised warm-up on addition: usable but imperfect (built once per session,
+    by whichever worker asks first; build_warmup saves atomically and reads a finished folder)."""
+    root = _session_root(tmp_path_factory)
+    out = root / "shared-policy" / "sft-1m-addition"
+    out.parent.mkdir(exist_ok=True)
+    with FileLock(str(root / "shared-policy.lock")):
+        return _build_sft_policy(out)
+
+
+def _build_sft_policy(out: Path) -> Path:
     from scoring.tasks import get_task
     from trainer.warmup import build_warmup
 
-    out = tmp_path_factory.mktemp("policy") / "sft-1m-addition"
     examples = get_task("addition").make_examples(2000, seed=123, **TASK_KWARGS)
     # Stop on the loss, not a step count: addition is learnt abruptly, and the loss stop lands the policy
     # reliably in the imperfect middle (about 70 % sampled accuracy), leaving RL room to improve. Two threads,
