@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -21,7 +23,7 @@ import yaml
 
 from contracts.files import atomic_write_text
 
-__all__ = ["ConfigError", "choices", "field_types", "coerce", "split_override", "parse_overrides", "read_preset",
+__all__ = ["ConfigError", "choices", "field_types", "field_help", "coerce", "split_override", "parse_overrides", "read_preset",
            "build", "load", "to_dict", "dump_yaml", "Literal"]
 
 C = TypeVar("C")
@@ -55,6 +57,41 @@ def choices(cls, name: str) -> tuple:
     if args is None:
         raise ValueError(f"{cls.__name__}.{name} is not a choice field (annotate it with Literal[...])")
     return args
+
+
+_FIELD_LINE = re.compile(r"^    (\w+):[^#]*?(?:#\s?(.*))?$")
+_COMMENT_LINE = re.compile(r"^\s+#\s?(.*)$")
+_SECTION = re.compile(r"^    # -+ (.+?) -+$")
+
+
+def field_help(cls) -> str:
+    """Every field of a config dataclass with its default and the comment beside it in the source (a comment on
+    the lines below continues it), grouped under the source's ``# --- section ---`` headers: ``--help``'s list."""
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else
+                         f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+                for f in dataclasses.fields(cls)}
+    out: list[str] = []
+    last: list[str] | None = None
+    for line in inspect.getsource(cls).splitlines()[1:]:
+        if (m := _SECTION.match(line)):
+            out.append(f"\n{m.group(1)}:")
+            last = None
+        elif (m := _FIELD_LINE.match(line)) and m.group(1) in defaults:
+            entry = [f"  {m.group(1)}={defaults[m.group(1)]!r}"] + ([m.group(2).strip()] if m.group(2) else [])
+            out.append(entry)
+            last = entry
+        elif last is not None and (m := _COMMENT_LINE.match(line)):
+            last.append(m.group(1).strip())
+        else:
+            last = None
+    lines = []
+    for item in out:
+        if isinstance(item, str):
+            lines.append(item)
+        else:
+            head, *words = item
+            lines.append(head + (f"  {' '.join(words)}" if words else ""))
+    return "\n".join(lines).strip("\n")
 
 
 def _type_name(tp) -> str:

@@ -8,7 +8,8 @@ and draws Figures 2-5, then prints a leaderboard, the stage timings and every pa
 
 Output: ``runs/demo`` (full: 6.2 minutes on 2 idle cores, measured; 9.5 before the flat forward; 17 minutes on
 one busy core then) or
-``runs/demo-quick`` (``--quick``, the same pipeline at toy size: 1.8 minutes on 2 idle cores), or ``--out DIR``.
+``runs/demo-quick`` (``--quick``, the same pipeline at toy size: 2.7 minutes on 2 idle cores in the test suite at
+commit f4e2376, 4.1 on a slower AVX2 machine), or ``--out DIR``.
 Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
 
 ``python -m demo --premise [options of python -m demo.premise]``: the paper's premise instead (RL narrows the
@@ -29,7 +30,7 @@ from demo.premise import main as premise_main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--quick", action="store_true", help="toy size (under 3 minutes); default output runs/demo-quick")
+    p.add_argument("--quick", action="store_true", help="toy size (about 3 minutes on 2 cores; more on slower ones); default output runs/demo-quick")
     p.add_argument("--out", default=None, help="output folder (default runs/demo, or runs/demo-quick with --quick)")
     p.add_argument("--seeds", type=int, default=1,
                    help="training seeds per method (seed 0 feeds the figures; others are named <method>-seed<k>)")

@@ -172,9 +172,7 @@ def test_dry_run_checks_template_task_data_and_reward(capsys, monkeypatch):
                                               "instruction"),
                       ("answer_key=tests", "FAIL data: 'Kwai-Klear/KlearReasoner-CodeSub-15K' has no column 'tests'"),
                       (f"train_file={FIX / 'unsupported.jsonl'}", "unsupported.jsonl:1: data_source 'kodcode_longcot'")]:
-        with pytest.raises(SystemExit) as e:
-            main(["--config", preset, "--dry-run", over])
-        assert e.value.code == 2
+        assert main(["--config", preset, "--dry-run", over]) == 2
         err = capsys.readouterr().err
         assert msg in err and "config NOT OK" in err, err
     # local published-format data: every row read, data_sources counted
@@ -185,8 +183,7 @@ def test_dry_run_checks_template_task_data_and_reward(capsys, monkeypatch):
         raise ImportError("No module named 'scoring.sandbox.runner'")
     import trainer.preflight
     monkeypatch.setattr(trainer.preflight, "grade_code_batch", no_sandbox)   # where the dry run looks it up
-    with pytest.raises(SystemExit):
-        main(["--config", preset, "--dry-run"])
+    assert main(["--config", preset, "--dry-run"]) == 2
     assert "FAIL reward: the 'code' reward cannot be built: ImportError" in capsys.readouterr().err
 
 

@@ -50,6 +50,9 @@ class Config:
     output_dir: str = "runs"              # runs/<run_name>/ holds config, metrics, rollouts, checkpoints
     seed: int = 0                         # seeds data order, sampling and truncation
     resume: str = "auto"                  # auto: continue from the latest checkpoint of this run; never; or a checkpoint path
+    resume_with_changes: bool = False     # resume even where training settings differ from the run's config.yaml (refused
+                                          # otherwise); each launch's config is kept in config_history.jsonl
+    threads: int = 0                      # torch threads per rank; 0: OMP_NUM_THREADS when set, else the cores / ranks
     deterministic: bool = False           # torch deterministic algorithms (CPU runs are then bit-reproducible)
     total_steps: int = 100                # optimizer steps (one rollout batch each; several with mini_batches_per_step)
     # --- model -----------------------------------------------------------------------------------------
@@ -207,6 +210,21 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
+    _check(cfg.lr >= 0, f"lr must be >= 0, got {cfg.lr:g}")
+    _check(cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay:g}")
+    _check(len(cfg.betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in cfg.betas),
+           f"betas must be two numbers in [0, 1), got {list(cfg.betas)}")
+    _check(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
+    _check(cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm:g}")
+    _check(cfg.entropy_coef >= 0, f"entropy_coef must be >= 0 (a bonus), got {cfg.entropy_coef:g}")
+    _check(cfg.save_every >= 0, f"save_every must be >= 0 (0 = only at the end), got {cfg.save_every}")
+    _check(cfg.sft_steps >= 0, f"sft_steps must be >= 0 (0 = no supervised warm-up), got {cfg.sft_steps}")
+    _check(cfg.threads >= 0, f"threads must be >= 0 (0 = OMP_NUM_THREADS, else the cores), got {cfg.threads}")
+    _check(cfg.max_prompt_tokens >= 1, f"max_prompt_tokens must be >= 1, got {cfg.max_prompt_tokens}")
+    _check(cfg.num_train_examples >= 1, f"num_train_examples must be >= 1, got {cfg.num_train_examples}")
+    _check(cfg.overlong_penalty >= 0, f"overlong_penalty must be >= 0, got {cfg.overlong_penalty:g}")
+    _check(0 < cfg.vllm_gpu_memory_utilization <= 1,
+           f"vllm_gpu_memory_utilization must lie in (0, 1], got {cfg.vllm_gpu_memory_utilization:g}")
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
     _check(cfg.keep_checkpoints >= 0, f"keep_checkpoints must be >= 0 (0 = keep all), got {cfg.keep_checkpoints}")
     _check(cfg.keep_resume_states >= 1,
@@ -241,6 +259,21 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     if cfg.model.startswith("tiny:"):
         _check(cfg.model.split(":", 1)[1] in TINY_SIZES,
                f"model '{cfg.model}': tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
+
+
+def learning_warnings(cfg: Config) -> list[str]:
+    """Settings that are valid but leave the run nothing to learn from (said once at launch, not refused: a user
+    may run them on purpose, e.g. to measure throughput)."""
+    out = []
+    if cfg.temperature == 0:
+        out.append("temperature=0 samples greedily: every response of a group is the same, so every advantage is 0 "
+                   "and no step updates the policy (the presets sample at temperature 1.0)")
+    if cfg.lr == 0:
+        out.append("lr=0 never changes the policy: every step samples and grades the same model")
+    if cfg.ignore_eos:
+        out.append("ignore_eos=true samples every response to max_response_tokens past its answer (a throughput "
+                   "setting): rewards grade text the model never meant to write")
+    return out
 
 
 def loss_kwargs(cfg: Config) -> dict:

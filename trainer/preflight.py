@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,14 +75,34 @@ class Check:
         return f"  {self.status.upper():<4} {self.name}: {self.detail}"
 
 
-def preflight(cfg: Config) -> list[Check]:
+def preflight(cfg: Config, *, world_size: int = 1) -> list[Check]:
+    """Every offline check of the run ``cfg`` describes, in order; ``--dry-run`` prints them and a launch runs the
+    same list before it builds anything (a failed check exits 2, nothing written)."""
     checks = [check_template(cfg), check_reward(cfg)]
     data_check, examples = check_data(cfg)
     checks.append(data_check)
     checks.append(check_prompt(cfg, examples))
     checks.append(check_model(cfg))
-    checks.append(check_packages(cfg))
+    checks.append(check_output(cfg))
+    checks.append(check_packages(cfg, world_size=world_size))
     return checks
+
+
+# ------------------------------------------------------------------------------------------------------ output
+def check_output(cfg: Config) -> Check:
+    """output_dir must be a folder this process can write (created if missing): a file or a read-only folder there
+    would fail at the first save, after the warm-up and the first steps."""
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        return Check("output", "fail", f"output_dir={cfg.output_dir} is a file, not a folder: choose another output_dir")
+    existing = next((q for q in (out, *out.absolute().parents) if q.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return Check("output", "fail", f"output_dir={cfg.output_dir}: '{existing}' is not writable by this user; "
+                                       f"choose a folder you can write")
+    run = out / cfg.run_name
+    if run.exists() and not run.is_dir():
+        return Check("output", "fail", f"{run} is a file, not a run folder: choose another run_name")
+    return Check("output", "ok", f"the run writes {run}")
 
 
 # ---------------------------------------------------------------------------------------------------- template
@@ -244,11 +265,21 @@ def check_model(cfg: Config) -> Check:
     if cfg.model.startswith("tiny:"):
         return Check("model", "ok", f"{cfg.model} is built locally" + (f" after {cfg.sft_steps} supervised steps"
                                                                        if cfg.sft_steps else ""))
-    if Path(cfg.model).exists():
-        if not (Path(cfg.model) / "config.json").is_file():
-            return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
-                                          f"model directory")
-        return Check("model", "ok", f"local model directory '{cfg.model}'")
+    path = Path(cfg.model)
+    if path.exists():
+        if (path / "config.json").is_file():
+            return Check("model", "ok", f"local model directory '{cfg.model}'")
+        steps = sorted(p.name for p in (path / "checkpoints").glob("step_*")) if path.is_dir() else []
+        if (path / "config.yaml").is_file() or steps:   # a training run's folder
+            hint = f": use one of its checkpoints, e.g. {path / 'checkpoints' / steps[-1]}" if steps else \
+                " with no checkpoint yet"
+            return Check("model", "fail", f"model={cfg.model} is a training run's folder, not a model{hint}")
+        return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
+                                      f"model directory")
+    first = path.parts[0] if path.parts else ""
+    if cfg.model.startswith((".", "/", "~")) or (len(path.parts) > 1 and Path(first).is_dir()):
+        return Check("model", "fail", f"model={cfg.model}: no such model folder (its folder '{path.parent}' "
+                                      f"{'exists' if path.parent.is_dir() else 'does not exist either'})")
     if not is_hub_id(cfg.model):
         return Check("model", "fail", f"model={cfg.model}: no such model folder (and not a hub id of the form owner/name)")
     try:

@@ -150,6 +150,8 @@ def sft(
             log(
                 f"step {step + 1}/{steps}  loss {sum(recent) / len(recent):.4f}  "
                 f"lr {scheduler.get_last_lr()[0]:.2e}  {time.perf_counter() - t0:.1f}s"
+                + ("" if step + 1 == steps or stopped_early else
+                   f" (at most {(time.perf_counter() - t0) / (step + 1) * (steps - step - 1):.0f}s left)")
                 + (f"  (stop: mean loss of the last {stop_window} steps <= {stop_loss})" if stopped_early else "")
             )
         if stopped_early:

@@ -57,13 +57,23 @@ class Wandb(Tracker):
 
 
 class ProgressBar(Tracker):
-    """A tqdm bar over the run's steps with the reward and the step time."""
+    """A tqdm bar over the run's steps: the reward, the loss and entropy of the update, how many steps of this
+    launch skipped their update (every group's verdicts equal: nothing to learn from), and the step time."""
 
     def __init__(self, *, total: int, initial: int, desc: str):
         self.bar = tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True)
+        self.skipped = 0
 
     def log(self, metrics: dict, step: int) -> None:
-        self.bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", step_s=f"{metrics['time/step_s']:.2f}")
+        self.skipped += int(metrics.get("sampling/skipped_update", 0))
+        post = {"reward": f"{metrics['reward/mean']:.3f}"}
+        for key, name in (("ppo/loss", "loss"), ("ppo/entropy", "entropy")):
+            if key in metrics:
+                post[name] = f"{metrics[key]:.3g}"
+        if self.skipped:
+            post["skipped"] = self.skipped
+        post["step_s"] = f"{metrics['time/step_s']:.2f}"
+        self.bar.set_postfix(post)
         self.bar.update(1)
 
     def close(self) -> None:

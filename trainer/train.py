@@ -47,21 +47,23 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from contracts.config import dump_yaml, to_dict
+from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.records import rollout_path, write_rollouts
 from inference import make_sampler
 from inference.flat import unsupported_reason
 from inference.hub import ModelSourceError
 from trainer import checkpoint as ckpt
-from trainer.config import Config, ConfigError, load_config, validate
+from trainer import history
+from trainer.config import Config, ConfigError, learning_warnings, load_config, validate
 from trainer.data import PromptLoader, load_examples, tokenize_prompts
 from trainer.fsdp import Dist, init_distributed, shutdown
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
 from trainer.policy import compute_dtype_engines, load_for_training, resolve_dtype, resolve_master_dtype
-from trainer.preflight import check_packages, preflight
+from trainer.preflight import preflight
 from trainer.rollout import RolloutBuilder, make_rollout_engine, sync_rollout_weights
 from trainer.sampling import collect_step
+from trainer.signals import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption, resume_hint
 from trainer.tracking import make_tracker
 from trainer.update import assign_advantages, make_optimizer, make_scheduler, skip_update, update
 from trainer.warmup import warm_start
@@ -80,6 +82,9 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
         torch.use_deterministic_algorithms(True)
     run_dir = cfg.run_dir
     ckpt.check_shared_run_dir(run_dir, d)   # before any expensive work: all ranks write and resume from it
+    # a resume must not rewrite the record: changed training settings are refused (trainer/history.py)
+    history.check_resume(run_dir, cfg, resuming=cfg.resume != "never" and (
+        cfg.resume != "auto" or bool(ckpt.list_checkpoints(run_dir))))
     examples = load_examples(cfg)
 
     # --- model, data, rollout engine, optimizer ----------------------------------------------------------
@@ -103,7 +108,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     start, produced_tokens = ckpt.resume_run(run_dir, cfg, d, model=model, optimizer=optimizer, scheduler=scheduler,
                                              loader=loader, builder=builder)
     if d.is_main:
-        dump_yaml(cfg, run_dir / "config.yaml")
+        history.record_launch(run_dir, cfg, from_step=start)   # config.yaml and the launch's line in the history
         if cfg.train_forward == "auto":   # say which forward the log-probs come from, and why not flat
             why = unsupported_reason(model)
             print("training forward: " + ("flat (inference/flat.py)" if why is None else f"model's own ({why})"),
@@ -112,69 +117,104 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                            progress=cfg.progress, total_steps=cfg.total_steps, start=start, on_step=on_step)
 
     # --- the loop: sample, reward, advantage, loss, step, log, checkpoint ----------------------------------
-    for step in range(start, cfg.total_steps):
-        t0 = time.perf_counter()
-        sync_rollout_weights(sampler, engine_model, model)
-        gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
-        rows, kept, metrics = collect_step(builder, cfg, step)   # dynamic sampling (trainer/sampling.py)
-        metrics.update(sync_check_metrics(sampler))
-        if hasattr(sampler, "sleep"):
-            sampler.sleep()   # vLLM sleep mode: its GPU memory is the trainer's until the next sync wakes it
-        t_gen = time.perf_counter() - t0
-        records = {}
-        if kept:
-            assign_advantages(kept, cfg)
-            model.train()
-            upd = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id)
-            records = upd.records
-            metrics.update(upd.metrics)
-            metrics.update(rollout_logp_check(kept, records, d))
-        else:  # the sampling bound was hit with no informative group: no update, logged
-            skip_update(scheduler)
-            metrics["sampling/skipped_update"] = 1
-        produced_tokens += sum(len(r.response_ids) for r in rows)
-        records = gather_records(records, d)
-        t_step = time.perf_counter() - t0
-        if d.is_main:
-            metrics.update(step_metrics(cfg, rows, kept, records))
-            if cfg.algorithm == "luffy":
-                metrics["data/luffy_prompts_dropped"] = prompts.dropped["luffy_trace_too_long"]
-            metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
-                            "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen,
-                            "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
-            if cfg.algorithm == "seeds":
-                metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
-            if cfg.log_rollouts:
-                write_rollouts(record_rows(cfg, step, rows, records, tokenizer), rollout_path(run_dir, step))
-            append_jsonl(run_dir / "metrics.jsonl", metrics)
-        tracker.log(metrics, step)   # rank 0's trackers and on_step; the null tracker elsewhere
-        if step == cfg.total_steps - 1 or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            ckpt.save_step(run_dir, step, cfg, d, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                           scheduler=scheduler, loader=loader, builder=builder, produced_tokens=produced_tokens)
+    stopped = None
+    with Preemption() as preemption:   # SIGTERM: save a resume point after this step, then stop
+        for step in range(start, cfg.total_steps):
+            t0 = time.perf_counter()
+            sync_rollout_weights(sampler, engine_model, model)
+            gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
+            rows, kept, metrics = collect_step(builder, cfg, step)   # dynamic sampling (trainer/sampling.py)
+            metrics.update(sync_check_metrics(sampler))
+            if hasattr(sampler, "sleep"):
+                sampler.sleep()   # vLLM sleep mode: its GPU memory is the trainer's until the next sync wakes it
+            t_gen = time.perf_counter() - t0
+            records = {}
+            if kept:
+                assign_advantages(kept, cfg)
+                model.train()
+                upd = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id)
+                records = upd.records
+                metrics.update(upd.metrics)
+                metrics.update(rollout_logp_check(kept, records, d))
+            else:  # the sampling bound was hit with no informative group: no update, logged
+                skip_update(scheduler)
+                metrics["sampling/skipped_update"] = 1
+            produced_tokens += sum(len(r.response_ids) for r in rows)
+            records = gather_records(records, d)
+            t_step = time.perf_counter() - t0
+            if d.is_main:
+                metrics.update(step_metrics(cfg, rows, kept, records))
+                if cfg.algorithm == "luffy":
+                    metrics["data/luffy_prompts_dropped"] = prompts.dropped["luffy_trace_too_long"]
+                metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
+                                "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen,
+                                "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
+                if cfg.algorithm == "seeds":
+                    metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
+                if cfg.log_rollouts:
+                    write_rollouts(record_rows(cfg, step, rows, records, tokenizer), rollout_path(run_dir, step))
+                append_jsonl(run_dir / "metrics.jsonl", metrics)
+            tracker.log(metrics, step)   # rank 0's trackers and on_step; the null tracker elsewhere
+            last = step == cfg.total_steps - 1
+            stop = not last and preemption.requested(d)   # every rank agrees on the step
+            if last or stop or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                ckpt.save_step(run_dir, step, cfg, d, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                               scheduler=scheduler, loader=loader, builder=builder, produced_tokens=produced_tokens)
+            if stop:
+                stopped = step
+                break
     tracker.close()
     if hasattr(sampler, "close"):
         sampler.close()   # before the process group goes: vLLM tears its own groups down with the engine
+    if stopped is not None:
+        raise Preempted(stopped)
     return run_dir
 
 
-def dry_run(cfg: Config) -> None:
+def dry_run(cfg: Config, *, world_size: int = 1) -> int:
     """Validate the config and everything it names that can be checked offline, without building a model
-    (``trainer.preflight``: reward, template, data columns and rows, rendered prompt, model); exits 2 when a check
-    fails."""
+    (``trainer.preflight``: reward, template, data columns and rows, rendered prompt, model, output folder,
+    packages); 2 when a check fails, else 0."""
     print(json.dumps(to_dict(cfg), indent=1))
-    checks = preflight(cfg)
+    checks = preflight(cfg, world_size=world_size)
     for c in checks:
         print(c.line(), file=sys.stderr)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         print(f"config NOT OK: {len(failed)} check(s) failed ({', '.join(c.name for c in failed)})", file=sys.stderr)
-        raise SystemExit(2)
+        return 2
     skipped = [c.name for c in checks if c.status == "skip"]
     print("config OK" + (f" (not checkable offline: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
+    return 0
+
+
+def torch_threads(cfg: Config, world_size: int) -> int:
+    """The torch thread count of each rank: ``threads``, else OMP_NUM_THREADS where it is set (the variable every
+    launcher and scheduler sets), else the cores shared among the ranks."""
+    if cfg.threads:
+        return cfg.threads
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, (os.cpu_count() or 1) // world_size)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.split("\n\n")[0])
+    try:
+        return launch(argv)
+    except KeyboardInterrupt:   # before the run started (its own Ctrl-C is handled in launch)
+        print("\ninterrupted (Ctrl-C) before the run started: nothing was trained", file=sys.stderr)
+        return INTERRUPTED_EXIT
+
+
+def launch(argv: list[str] | None = None) -> int:
+    """Parse, validate and check, then train; every failure a caller can fix is one line and exit 2."""
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.train", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config fields (set in the YAML preset or as key=value; defaults shown):\n\n" + field_help(Config)
+               + "\n\nexit codes: 0 done; 2 bad input (config, data, model, output folder, a changed resume), "
+                 "nothing written; 130 Ctrl-C; 143 SIGTERM (resume point saved); 1 a failure inside the run")
     p.add_argument("--config", help="YAML preset (trainer/configs/*.yaml)")
     p.add_argument("--dry-run", action="store_true", help="validate config and data, build nothing")
     p.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
@@ -186,20 +226,35 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    if args.dry_run:   # it reports the packages among its checks
-        dry_run(cfg)
-        return 0
-    packages = check_packages(cfg, world_size=world_size)
-    if packages.status == "fail":
-        print(f"error: {packages.detail}", file=sys.stderr)
+    main_rank = os.environ.get("RANK", "0") == "0"
+    if main_rank:
+        for warning in learning_warnings(cfg):   # valid, but the run would learn nothing: said once
+            print(f"warning: {warning}", file=sys.stderr)
+    if args.dry_run:
+        return dry_run(cfg, world_size=world_size)
+    # a launch makes the dry run's checks first: bad input is a line naming the field or file, exit 2, nothing written
+    failed = [c for c in preflight(cfg, world_size=world_size) if c.status == "fail"]
+    if failed:
+        if main_rank:
+            for c in failed:
+                print(f"error: {c.name}: {c.detail}", file=sys.stderr)
         return 2
     d = init_distributed()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world_size))
+    torch.set_num_threads(torch_threads(cfg, d.world_size))
+    where = f" (rank {d.rank})" if d.enabled else ""
     try:
         run_dir = train(cfg, d)
-    except (ckpt.CheckpointError, ModelSourceError) as exc:   # bad input (checkpoint, run directory, model): a
-        print(f"error{f' (rank {d.rank})' if d.enabled else ''}: {exc}", file=sys.stderr)   # message, no traceback
+    except (ckpt.CheckpointError, ModelSourceError, history.ResumeChanged) as exc:   # bad input (checkpoint, run
+        print(f"error{where}: {exc}", file=sys.stderr)   # directory, model, a changed resume): a message, no traceback
         return 2
+    except KeyboardInterrupt:
+        if d.is_main:
+            print(f"\ninterrupted (Ctrl-C): {resume_hint(cfg.run_dir)}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except Preempted as exc:
+        if d.is_main:
+            print(f"{exc}, resume point saved: {resume_hint(cfg.run_dir)}", file=sys.stderr)
+        return PREEMPTED_EXIT
     finally:
         shutdown(d)
     if d.is_main:

@@ -10,6 +10,7 @@ a warmup and a constant or cosine schedule.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -209,5 +210,5 @@ def skip_update(scheduler) -> None:
     """A step whose sampling bound was hit with no informative group: no optimizer update, but the schedule follows
     steps, updated or not (torch warns about a scheduler step without an optimizer step: intended here)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+        warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
         scheduler.step()

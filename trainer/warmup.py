@@ -102,7 +102,8 @@ def warm_start(cfg: Config, d: Dist) -> str:
         examples = get_task(cfg.task).make_examples(TRAINER_POOL, seed=cfg.seed + TRAINER_POOL_SEED,
                                                     **cfg.task_kwargs)
         build_warmup(path, size=cfg.model.split(":", 1)[1], examples=examples, steps=cfg.sft_steps,
-                     stop_loss=cfg.sft_stop_loss, seed=cfg.seed, log=lambda m: print(m, file=sys.stderr))
+                     stop_loss=cfg.sft_stop_loss, seed=cfg.seed, log=lambda m: print(m, file=sys.stderr),
+                     log_every=max(1, min(50, cfg.sft_steps // 10)))   # a line every 50 steps: minutes, not silence
     barrier(d)
     return str(path)
 
