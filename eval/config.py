@@ -28,7 +28,7 @@ __all__ = ["EvalConfig", "ConfigError", "TemplateName", "ModelDtype", "validate"
 
 FIELDS_DOC = "eval/config.py (or python -m eval.run --help)"
 TemplateName = Literal[tuple(TEMPLATES)]   # the prompt templates, derived from their one table
-ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]   # auto: the checkpoint's own dtype
+ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]   # auto: the checkpoint's (eval.parallel)
 
 
 def _f(default, help: str, **flag):
@@ -63,7 +63,11 @@ class EvalConfig:
     # --- engine -------------------------------------------------------------------------------------------------
     engine: EngineName = _f("auto", "auto: vLLM on a GPU (on a CPU from 200M parameters), else hf")
     device: str | None = _f(None, "torch device for the hf engine (default: cuda if available)")
-    dtype: ModelDtype | None = _f(None, "model dtype (default: bfloat16 on a GPU, else the checkpoint's)")
+    dtype: ModelDtype | None = _f(None, "dtype the samples are generated in, recorded in the results file (a resume "
+                                        "must match). Unset: bfloat16 with vllm on every machine (its CPU build too, "
+                                        "even for a float32 checkpoint) and with hf on a GPU; hf on a CPU: the "
+                                        "checkpoint's (config.json's dtype, float32 if none). auto: the "
+                                        "checkpoint's with either engine")
     gpu_memory_utilization: float = _f(0.85, "vLLM engine's GPU memory share")
     tensor_parallel_size: int = _f(1, "vLLM: shard each model over this many GPUs of the node (a 7B model fits "
                                       "one; a 32B needs 2+)")
@@ -138,7 +142,7 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.data_parallel_size < 1 or cfg.tensor_parallel_size < 1:
         raise ConfigError(f"--data-parallel-size and --tensor-parallel-size must be >= 1 (data_parallel_size="
                           f"{cfg.data_parallel_size}, tensor_parallel_size={cfg.tensor_parallel_size})")
-    if cfg.temperature is not None and cfg.temperature < 0:
+    if cfg.temperature is not None and not cfg.temperature >= 0:   # NaN too
         raise ConfigError(f"--temperature must be >= 0 (temperature={cfg.temperature}); 0 is greedy")
     if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
         raise ConfigError(f"--top-p must lie in (0, 1] (top_p={cfg.top_p})")

@@ -21,6 +21,7 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from eval.benchmarks.base import UNGRADED_VERDICTS
@@ -74,16 +75,38 @@ def lm_eval_entries(model: str, results: dict) -> list[dict]:
     return out
 
 
+def _result_rows(path: Path) -> tuple[list[dict], str | None]:
+    """(rows, None) of a results file, or ([], why) for a file that is not one (malformed JSON, rows without the
+    fields ``eval.run`` writes)."""
+    try:
+        rows = read_samples(path)
+    except (ValueError, OSError) as e:
+        return [], f"skipped {path}: {e}"
+    for i, r in enumerate(rows, start=1):
+        if not (isinstance(r.get("correct"), list) and isinstance(r.get("settings"), dict) and "problem_id" in r):
+            return [], (f"skipped {path}: not an eval.run results file (its row {i} lacks problem_id, correct or "
+                        f"settings); move it out of the results folder")
+    return rows, None
+
+
 def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -> dict:
     """Scores of every model folder under ``root``. Returns ``{"entries": [...], "models": [...],
-    "benchmarks": [...], "averages": {model: (mean, count)}, "paired": [...], "baseline": name}``."""
+    "benchmarks": [...], "averages": {model: (mean, count)}, "paired": [...], "baseline": name, "skipped": [...]}``.
+
+    A JSONL (or ``lm_eval.json``) file under a model folder that is not a results file (a stray copy, a malformed
+    line) is left out, and ``skipped`` holds one line naming it and why: the caller prints it as a warning. Not an
+    error: one stray file should not keep the board of everything else from being written, and the warning names
+    it (a resume of that very file by ``eval.run`` still refuses a malformed one). ValueError for a ``baseline``
+    that is not among the models."""
     root = Path(root)
-    entries, rows_by = [], {}
+    entries, rows_by, skipped = [], {}, []
     for d in sorted(x for x in root.iterdir() if x.is_dir()):
         for f in sorted(d.glob("*.jsonl")):
             if f.name.endswith(".disagreements.jsonl"):
                 continue
-            all_rows = read_samples(f)
+            all_rows, why = _result_rows(f)
+            if why is not None:
+                skipped.append(why)
             if not all_rows:
                 continue
             rows, ungraded, _ = graded_rows(all_rows)
@@ -100,7 +123,11 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
                 rows_by[(d.name, f.stem)] = rows
             entries.append(entry)
         if (d / LM_EVAL_FILE).is_file():
-            entries += lm_eval_entries(d.name, json.loads((d / LM_EVAL_FILE).read_text()))
+            try:
+                entries += lm_eval_entries(d.name, json.loads((d / LM_EVAL_FILE).read_text()))
+            except (ValueError, TypeError, AttributeError) as e:
+                skipped.append(f"skipped {d / LM_EVAL_FILE}: not an lm-eval results file ({type(e).__name__}: "
+                               f"{' '.join(str(e).split())[:120]})")
     models = sorted({e["model"] for e in entries})
     benches = sorted({e["benchmark"] for e in entries}, key=lambda b: (b.startswith("lm:"), _order(b)))
     averages = {}
@@ -109,7 +136,8 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
         if vals:
             averages[m] = (sum(vals) / len(vals), len(vals))
     if baseline is not None and baseline not in models:
-        raise ValueError(f"--baseline {baseline!r} is not among the models under {root}: {models}")
+        raise ValueError(f"--baseline {baseline!r} is not among the models under {root}; choose one of: "
+                         f"{', '.join(models) if models else '(none: no results yet)'}")
     base = baseline or (models[0] if models else None)
     paired = []
     for m in models:
@@ -123,7 +151,7 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
                     continue
                 paired.append({"model": m, "baseline": base, "benchmark": b, **r})
     return {"entries": entries, "models": models, "benchmarks": benches, "averages": averages, "paired": paired,
-            "baseline": base}
+            "baseline": base, "skipped": skipped}
 
 
 def _order(bench: str) -> tuple:
@@ -205,9 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("root", nargs="?", default="results/eval", help="results root (default results/eval)")
     p.add_argument("--baseline", default=None, help="model the paired comparisons are against (default: first)")
     args = p.parse_args(argv)
-    if not Path(args.root).is_dir():
-        raise SystemExit(f"{args.root} is not a directory of eval results (python -m eval.run writes them)")
-    print(write_leaderboard(build_leaderboard(args.root, baseline=args.baseline), args.root))
+    try:
+        if not Path(args.root).is_dir():
+            raise ValueError(f"{args.root} is not a directory of eval results (python -m eval.run writes them)")
+        board = build_leaderboard(args.root, baseline=args.baseline)
+    except ValueError as e:   # exit 2 with one line, as eval.run's input errors
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    for why in board["skipped"]:
+        print(f"warning: {why}", file=sys.stderr, flush=True)
+    print(write_leaderboard(board, args.root))
     return 0
 
 

@@ -14,6 +14,7 @@ for generate-until tasks; log-likelihood tasks do not sample): ``temperature`` (
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Sequence
 
 from contracts.files import atomic_write_text
 
-__all__ = ["run_lm_eval", "gen_kwargs", "LM_EVAL_FILE"]
+__all__ = ["run_lm_eval", "gen_kwargs", "task_manager", "unknown_tasks", "LM_EVAL_FILE"]
 
 LM_EVAL_FILE = "lm_eval.json"
 
@@ -57,6 +58,36 @@ def gen_kwargs(*, temperature: float | None = None, top_p: float | None = None,
     return kw or None
 
 
+def _import_lm_eval():
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise ImportError("--lm-eval-tasks needs lm-evaluation-harness: pip install 'thinking-seeds[lmeval]'") from None
+    return lm_eval, TaskManager
+
+
+@functools.lru_cache(maxsize=4)
+def task_manager(include_path: str | None = None):
+    """lm-eval's index of its tasks (and those under ``include_path``), built once per process and include path:
+    it parses every task YAML, several seconds that ``unknown_tasks`` and ``run_lm_eval`` then share. Offline."""
+    _, TaskManager = _import_lm_eval()
+    return TaskManager(include_path=include_path) if include_path else TaskManager()
+
+
+def unknown_tasks(tasks: Sequence[str], *, include_path: str | None = None) -> list[str]:
+    """The names in ``tasks`` lm-eval does not know: no task, group or tag of that name in its index
+    (``task_manager``), not a task YAML file, not a glob pattern matching some. Checked before any model loads:
+    lm-eval itself finds an unknown name only after it has loaded the model (and ``eval.run`` runs lm-eval after
+    generating every benchmark). ImportError when lm-eval is not installed."""
+    names = [t for t in tasks if not os.path.exists(t)]
+    if not names:
+        return []
+    tm = task_manager(include_path)
+    known = set(tm.all_tasks)
+    return [t for t in names if t not in known and not (any(c in t for c in "*?[") and tm.match_tasks([t]))]
+
+
 def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *, include_path: str | None = None,
                 limit: int | None = None, device: str | None = None, engine: str = "auto", seed: int = 0,
                 batch_size: int | str = 8, num_fewshot: int | None = None, temperature: float | None = None,
@@ -66,11 +97,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *,
     if n is not None:
         raise ValueError("lm-eval has no per-call sample count: each task sets its own repeats; drop n")
     extra = gen_kwargs(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
-    try:
-        import lm_eval
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise ImportError("--lm-eval-tasks needs lm-evaluation-harness: pip install 'thinking-seeds[lmeval]'") from None
+    lm_eval, _ = _import_lm_eval()
     import torch
     cuda = torch.cuda.is_available()
     use_vllm = engine == "vllm" or (engine == "auto" and cuda and importlib.util.find_spec("vllm") is not None)
@@ -80,7 +107,7 @@ def run_lm_eval(model: str, tasks: Sequence[str], out_dir: str | os.PathLike, *,
         if importlib.util.find_spec("accelerate") is None:   # lm-eval's hf backend imports it
             raise ImportError("lm-eval's hf backend needs accelerate: pip install accelerate")
         backend, model_args = "hf", {"pretrained": model, "dtype": "bfloat16" if cuda else "float32"}
-    tm = TaskManager(include_path=include_path) if include_path else TaskManager()
+    tm = task_manager(include_path)
     results = lm_eval.simple_evaluate(model=backend, model_args=model_args, tasks=list(tasks), task_manager=tm,
                                       limit=limit, device=device or ("cuda" if cuda else "cpu"),
                                       batch_size=batch_size, num_fewshot=num_fewshot, log_samples=False,

@@ -20,16 +20,18 @@ closed (their memory released) when the generator closes: after each model, befo
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from scoring.pool import default_workers
 
-__all__ = ["EngineSpec", "EngineWorkerError", "Job", "LocalGenerator", "ParallelGenerator", "gpu_groups",
-           "make_generator"]
+__all__ = ["EngineSpec", "EngineWorkerError", "Job", "LocalGenerator", "ParallelGenerator", "checkpoint_dtype",
+           "generation_dtype", "gpu_groups", "make_generator"]
 
 Result = list[tuple[list[int], str]]   # per sequence: token ids, finish reason
 
@@ -62,25 +64,52 @@ class Job:
     seeds: tuple[int, ...] | None = None   # ... or one per prompt (``Sampler.generate(seeds=...)``; eval.run's)
 
 
+def checkpoint_dtype(model_dir: str | os.PathLike) -> str:
+    """The dtype a saved model declares (``config.json``'s ``dtype``, or ``torch_dtype`` as transformers 4 wrote it);
+    float32 when it declares none (what ``inference.load_skeleton`` assumes too)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    declared = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    return str(declared).replace("torch.", "") if declared else "float32"
+
+
+def generation_dtype(engine: str, dtype: str | None, model_dir: str | os.PathLike, *, cuda: bool | None = None
+                     ) -> str:
+    """The dtype ``engine`` (resolved: hf or vllm) generates in, the one ``build_sampler`` loads and a results file
+    records. ``dtype`` given: that one ("auto": the checkpoint's, ``checkpoint_dtype``). Unset: vLLM bfloat16 on
+    every machine (its CPU build too, even for a float32 checkpoint); the HF engine bfloat16 on a CUDA machine, else
+    the checkpoint's. ``cuda``: whether CUDA is available (default: ask torch)."""
+    if dtype is None:
+        if cuda is None:
+            import torch
+            cuda = torch.cuda.is_available()
+        if engine == "vllm" or cuda:
+            return "bfloat16"
+        dtype = "auto"
+    return checkpoint_dtype(model_dir) if dtype == "auto" else dtype
+
+
 def build_sampler(spec: EngineSpec):
     """The engine ``spec`` names, and its tokenizer. ``spec.model`` is a folder or a hub id (its snapshot in the
     cache: ``inference.hub``). vLLM loads the weights itself from that folder (this process holds only the model's
-    skeleton); HF loads them onto ``device``."""
+    skeleton); HF loads them onto ``device``. Both in ``generation_dtype``."""
     import torch
 
     from inference import load_policy, load_skeleton, load_tokenizer, make_sampler
     from inference.hub import local_model_dir
     cuda = torch.cuda.is_available()
     path = local_model_dir(spec.model, what="--model")
+    dtype = generation_dtype(spec.engine, spec.dtype, path, cuda=cuda)
     if spec.engine == "vllm":
         tokenizer = load_tokenizer(path)
-        model = load_skeleton(path, dtype=spec.dtype or "bfloat16")
+        model = load_skeleton(path, dtype=dtype)
         sampler = make_sampler(model, tokenizer, engine="vllm", model_path=path, sync_weights=False,
                                gpu_memory_utilization=spec.gpu_memory_utilization, max_model_len=spec.max_model_len,
                                tensor_parallel_size=spec.tensor_parallel_size, max_batch_size=spec.max_batch_size)
     else:
-        model, tokenizer = load_policy(path, device=spec.device or ("cuda" if cuda else None),
-                                       dtype=spec.dtype or ("bfloat16" if cuda else None))
+        model, tokenizer = load_policy(path, device=spec.device or ("cuda" if cuda else None), dtype=dtype)
         sampler = make_sampler(model, tokenizer, engine="hf")
     return sampler, tokenizer
 

@@ -26,15 +26,19 @@ benchmarks. Sample j of a problem draws from its own seed (``seed``, the benchma
 files do not depend on the chunking or on how many engines share the work.
 
 Every result line's settings record the data (``settings["data"]``: the benchmark's ``describe`` — files, release,
-dates, dataset version or hash — the problem count and a sha256 fingerprint of the problems); a resumed file must
-have the same. ``--lcb-release``, ``--lcb-start-date``, ``--lcb-end-date`` select LiveCodeBench's problems.
+dates, dataset version or hash — the problem count and a sha256 fingerprint of the problems) and the engine and
+dtype the samples were generated in (``settings["engine"]``, ``settings["dtype"]``, resolved: vLLM runs in bfloat16
+unless ``--dtype`` says otherwise, on a CPU too; ``eval.parallel.generation_dtype``); a resumed file must have the
+same (lines from before engine and dtype were recorded are taken to match). ``--lcb-release``,
+``--lcb-start-date``, ``--lcb-end-date`` select LiveCodeBench's problems.
 
 Samples that could not be graded (``grader_error``: the grader crashed, its sandbox could not run; ``timeout``:
 math-verify's hard limit) are never scored: they are kept in the files with that verdict, counted in the report
 and the leaderboard, excluded from every score, and graded again by the next run over the same file. When any
 remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless ``--allow-ungraded``.
-Bad input (a config value, a malformed file, an unknown id, a missing model) ends the command with one line naming
-the field or the file and line, exit status 2, before anything is written.
+Bad input (a config value, a malformed file, an unknown id, a missing, damaged or wrong model folder, an --out that
+is a file, no problems to score, an unknown --baseline or lm-eval task) ends the command with one line naming the
+field or the file and line, exit status 2, before any model loads and before anything is written.
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ from eval.grading import grade_responses, regrade, write_disagreements
 from eval.inputs import (EvalInputError, check_model, data_settings, file_settings, load_problems, model_name,
                          prepare, read_samples_input)
 from eval.leaderboard import build_leaderboard, write_leaderboard
-from eval.lm_eval_bridge import run_lm_eval
-from eval.parallel import EngineSpec, Job, make_generator
+from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
+from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
 from eval.report import file_report, format_report
 from eval.samples import append_row, make_row
 from inference import load_tokenizer, resolve_engine
@@ -110,7 +114,7 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
     problems = [p for p in problems[:limit] if p.id in given]
     settings = {"model": name, "model_path": None, "benchmark": bench.name, "benchmark_version": bench.version,
                 "n": None, "temperature": None, "top_p": None, "max_tokens": None, "template": template,
-                "seed": None, "samples_file": Path(samples_file).name, "data": data}
+                "seed": None, "samples_file": Path(samples_file).name, "engine": None, "dtype": None, "data": data}
     path = out_dir / name / f"{bench.name}.jsonl"
     todo = prepare(path, problems, settings)
     regrade(path, bench, problems, pool, log)
@@ -223,11 +227,28 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     benches = [get_benchmark(b) for b in cfg.benchmarks]
     lcb = lcb_filters(cfg)
     out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise EvalInputError(f"--out {cfg.out}: is a file, not a results folder; choose another --out")
     if cfg.samples and not Path(cfg.samples).is_file():
         raise EvalInputError(f"--samples {cfg.samples}: no such file")
-    # where each model's files are (a hub id: its cached snapshot), before anything is loaded or written
+    # where each model's files are (a hub id: its cached snapshot), checked, before anything is loaded or written
     sources = {} if cfg.samples else {spec: check_model(spec) for spec in cfg.models}
     pairs = [(spec, (cfg.names[i] if cfg.names else model_name(spec))) for i, spec in enumerate(cfg.models)]
+    if cfg.baseline is not None:   # the leaderboard's models: those already under out and this run's
+        known = sorted({name for _, name in pairs} | ({d.name for d in out.iterdir() if d.is_dir()}
+                                                       if out.is_dir() else set()))
+        if cfg.baseline not in known:
+            raise EvalInputError(f"--baseline {cfg.baseline!r} is not a model of this run or under {out}; choose "
+                                 f"one of: {', '.join(known)}")
+    if cfg.lm_eval_tasks:
+        try:
+            unknown = unknown_tasks(cfg.lm_eval_tasks, include_path=cfg.lm_eval_include_path)
+        except ImportError as e:
+            raise EvalInputError(str(e)) from None
+        if unknown:
+            raise EvalInputError(f"--lm-eval-tasks: lm-eval knows no task {', '.join(map(repr, unknown))}"
+                                 + (f" (nor {cfg.lm_eval_include_path})" if cfg.lm_eval_include_path else "")
+                                 + "; see `lm_eval ls tasks`, or give --lm-eval-include-path FOLDER of task YAMLs")
 
     # load problems and check existing files before any model is loaded
     loaded: list[tuple[Benchmark, list[Problem], dict]] = []
@@ -251,9 +272,13 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
         if cfg.samples:
             (bench, probs, data), (spec, name) = loaded[0], pairs[0]
             try:
-                read_samples_input(cfg.samples, probs)   # file:line errors before anything is written
+                given = read_samples_input(cfg.samples, probs)   # file:line errors before anything is written
             except ValueError as e:
                 raise EvalInputError(str(e)) from None
+            if not any(p.id in given for p in probs[:cfg.limit]):
+                raise EvalInputError(f"--samples {cfg.samples}: " + (
+                    "holds no rows; give a file of JSON lines {\"problem_id\": ..., \"responses\": [...]}" if not
+                    given else f"none of its {len(given)} problems is among the first {cfg.limit} (--limit)"))
             report = evaluate_samples(name, bench, probs, cfg.samples, out,
                                       template=cfg.template or bench.default_template, limit=cfg.limit, pool=pool,
                                       progress=cfg.progress, log=log, data=data)
@@ -261,21 +286,24 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
         else:
             plans = []
             for spec, name in pairs:
+                # the engine and the dtype the samples will be generated in (recorded, checked on a resume)
+                engine = resolve_engine(cfg.engine, model_path=sources[spec].path)
+                dtype = generation_dtype(engine, cfg.dtype, sources[spec].path)
                 plan = []
                 for bench, probs, data in loaded:
                     settings = file_settings(bench, sources[spec].identity, name, n=cfg.n,
                                              temperature=cfg.temperature, top_p=cfg.top_p,
                                              max_tokens=cfg.max_tokens, template=cfg.template, seed=cfg.seed,
-                                             data=data)
+                                             data=data, engine=engine, dtype=dtype)
                     # raises on a settings mismatch, before any model loads
                     prepare(out / name / f"{bench.name}.jsonl", probs, settings)
                     plan.append((bench, probs, settings))
-                plans.append((spec, name, plan))
-            for spec, name, plan in plans:
+                plans.append((spec, name, engine, dtype, plan))
+            for spec, name, engine, dtype, plan in plans:
                 if plan:
-                    reports += evaluate_model(sources[spec].path, name, plan, out, engine=cfg.engine, seed=cfg.seed,
+                    reports += evaluate_model(sources[spec].path, name, plan, out, engine=engine, seed=cfg.seed,
                                               pool=pool, chunk_sequences=cfg.chunk_sequences, device=cfg.device,
-                                              dtype=cfg.dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                                              dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                               tensor_parallel_size=cfg.tensor_parallel_size,
                                               data_parallel_size=cfg.data_parallel_size, progress=cfg.progress,
                                               log=log)
@@ -291,7 +319,12 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     ungraded = sum(r.get("ungraded") or 0 for r in reports)
     if (ungraded and not cfg.allow_ungraded) or not out.is_dir():
         return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
-    board = build_leaderboard(out, baseline=cfg.baseline)
+    try:
+        board = build_leaderboard(out, baseline=cfg.baseline)
+    except ValueError as e:   # --baseline among no model with rows (checked against the folders above)
+        raise EvalInputError(str(e)) from None
+    for why in board["skipped"]:
+        log(f"warning: leaderboard: {why}")
     return {"reports": reports, "leaderboard": board, "leaderboard_md": write_leaderboard(board, out),
             "ungraded": ungraded}
 

@@ -20,11 +20,16 @@ from pathlib import Path
 from contracts.settings import check_settings as check_recorded
 from eval.benchmarks.base import Problem, Verdict
 
-__all__ = ["CHECKED_SETTINGS", "read_samples", "repair", "append_row", "make_row", "check_settings"]
+__all__ = ["CHECKED_SETTINGS", "GENERATION_SETTINGS", "read_samples", "repair", "append_row", "make_row",
+           "check_settings"]
 
-# settings that must match for new lines to be appended to an existing file (engine and timing may differ)
+# settings that must match for new lines to be appended to an existing file (timing may differ)
 CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p",
                     "max_tokens", "template", "seed", "samples_file")
+# how the samples were generated (the resolved engine, hf or vllm, and its dtype; None for a --samples file): one
+# file holds one engine's samples in one precision. Lines written before these were recorded say nothing about
+# them; they are taken to match this run (defaults: this run's values), since refusing them could be wrong.
+GENERATION_SETTINGS = ("engine", "dtype")
 
 
 def _scan(path: Path) -> tuple[list[dict], int, bool]:
@@ -82,11 +87,17 @@ def append_row(f, row: dict) -> None:
 
 def check_settings(path: str | os.PathLike, rows: list[dict], settings: dict) -> None:
     """``contracts.settings.SettingsMismatch`` (a ValueError) naming the file, the first problem whose line was
-    written with other settings and each differing field (``CHECKED_SETTINGS``), when there is one."""
+    written with other settings and each differing field (``CHECKED_SETTINGS``, then ``GENERATION_SETTINGS``), when
+    there is one."""
     for row in rows:
-        check_recorded(row.get("settings") or {}, settings, CHECKED_SETTINGS,
-                       where=f"{path} (problem {row.get('problem_id')!r})",
+        have, where = row.get("settings") or {}, f"{path} (problem {row.get('problem_id')!r})"
+        check_recorded(have, settings, CHECKED_SETTINGS, where=where,
                        fix="use a new --out directory, or delete the file to start over")
+        old = {k: have.get(k, settings.get(k)) for k in GENERATION_SETTINGS}
+        check_recorded(have, settings, GENERATION_SETTINGS, where=where,
+                       defaults={k: settings.get(k) for k in GENERATION_SETTINGS},
+                       fix=f"its samples would mix engines or precisions: use another --out, or the file's engine "
+                           f"and dtype (--engine {old['engine']} --dtype {old['dtype']})")
 
 
 def make_row(problem: Problem, prompt: str, responses, verdicts: list[Verdict], qwen, finish, settings: dict) -> dict:

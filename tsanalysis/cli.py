@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_mismatch)
 
     p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues")
-    p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory or hub id)")
+    p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory, e.g. "
+                                                  "runs/NAME/checkpoints/step_N, or a hub id)")
     p.add_argument("--final", required=True, help="final checkpoint")
     p.add_argument("--benchmark", default=None,
                    help="benchmark name from eval.benchmarks: its problems, grader and default template")
@@ -221,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive_int, default=64, help="samples per problem (relay and final-only each)")
     p.add_argument("--cut", type=float, default=0.5, help="prefix = first floor(cut*len) tokens of the early response")
     p.add_argument("--max-tokens", type=_positive_int, default=None, help="response budget (default: benchmark's)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, >= 0 (0 is greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1]")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first K problems")
     p.add_argument("--engine", choices=ENGINES, default="auto")

@@ -32,8 +32,11 @@ settings the JSONL files belong to; ``contracts.settings.claim_folder``: a rerun
 and so is a non-empty folder without that file). ``run_relay`` returns the tables
 ``relay_problems`` and ``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the
 demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). Bad input raises
-``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded. This module is a library:
-the command line is ``tsanalysis.cli``.
+``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded and before the output folder
+is claimed: sampling values, the checkpoints' files (``eval.inputs.check_model``: a training run folder is named
+with its newest checkpoint; missing weights or tokenizer, a truncated safetensors file), the problems, an output
+path that is a file. A folder claimed by a run whose first model then fails to load is removed again when it holds
+nothing else. This module is a library: the command line is ``tsanalysis.cli``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import hashlib
 import json
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -174,7 +178,10 @@ def _load_problems(benchmark: str | None, problems: str | None, limit: int | Non
     name = benchmark
     if problems is not None and not Path(problems).is_file():
         raise RelayError(f"problems file '{problems}' does not exist")
-    probs = bench.load(path=problems)
+    try:
+        probs = bench.load(path=problems)
+    except (ValueError, OSError, RuntimeError) as e:   # a malformed line names FILE:LINE
+        raise RelayError(f"{name}: {e}") from None
     if limit is not None:
         probs = probs[:limit]
     if not probs:
@@ -200,6 +207,19 @@ def _chunks(seq, size):
         yield seq[i:i + size]
 
 
+@contextmanager
+def _unclaimed_on_error(out_dir: Path, claimed: bool):
+    """Undo this call's claim of ``out_dir`` when the block raises and nothing but the settings file is there yet,
+    so a rerun with corrected arguments (other settings) is not refused by a folder that holds no results."""
+    try:
+        yield
+    except BaseException:
+        if claimed and {p.name for p in out_dir.iterdir()} <= {SETTINGS_FILE}:
+            (out_dir / SETTINGS_FILE).unlink(missing_ok=True)
+            out_dir.rmdir()
+        raise
+
+
 def run_relay(*, early: str, final: str, benchmark: str | None = None, problems: str | None = None, n: int = 64,
               cut: float = 0.5, max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
               seed: int = 0, limit: int | None = None, engine: str = "auto", template: str | None = None,
@@ -209,24 +229,28 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     from transformers import AutoTokenizer
 
     from inference import load_policy, make_sampler, resolve_engine
-    from inference.hub import ModelSourceError, resolve_model
     from eval.grading import grade_responses
+    from eval.inputs import EvalInputError, check_model
     from scoring.grading import GRADE_TIMEOUT_S
     from scoring.pool import WorkerPool, apply
     from scoring.templates import render_prompt
 
-    # -- everything that can fail cheaply, before a model is loaded --
+    # -- everything that can fail cheaply, before a model is loaded and before the output folder is claimed --
     if not 0.0 <= cut <= 1.0:
         raise RelayError(f"--cut must lie in [0, 1], got {cut}")
     if n < 1 or batch_problems < 1:
         raise RelayError("--n and batch_problems must be positive")
-    sources = {}   # a folder, or a hub id's snapshot in the Hugging Face cache (inference.hub)
+    if not temperature >= 0:   # NaN too
+        raise RelayError(f"--temperature must be >= 0, got {temperature} (0 is greedy)")
+    if not 0 < top_p <= 1:
+        raise RelayError(f"--top-p must lie in (0, 1], got {top_p}")
+    if max_tokens is not None and max_tokens < 1:
+        raise RelayError(f"--max-tokens must be >= 1, got {max_tokens}")
+    sources = {}   # a folder, or a hub id's snapshot in the Hugging Face cache (inference.hub), its files checked
     for name, path in (("early", early), ("final", final)):
-        if Path(path).exists() and not Path(path).is_dir():
-            raise RelayError(f"--{name} checkpoint '{path}' is not a directory (a Hugging Face model folder)")
         try:
-            sources[name] = resolve_model(path, what=f"--{name}")
-        except ModelSourceError as e:
+            sources[name] = check_model(path, what=f"--{name}")
+        except EvalInputError as e:   # a run folder, missing weights or tokenizer, a truncated safetensors file
             raise RelayError(str(e)) from None
     early_dir, final_dir = sources["early"].path, sources["final"].path
     try:
@@ -236,31 +260,37 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     bench, probs = _load_problems(benchmark, problems, limit)
     template = template or bench.default_template
     max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
-    tok_early = AutoTokenizer.from_pretrained(early_dir)
-    tok_final = AutoTokenizer.from_pretrained(final_dir)
+    tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
+    out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RelayError(f"{'--out' if out is not None else 'the output folder'} {out_dir} is a file, not a folder; "
+                         f"choose another --out")
+    try:
+        tok_early = AutoTokenizer.from_pretrained(early_dir)
+        tok_final = AutoTokenizer.from_pretrained(final_dir)
+    except (OSError, ValueError) as e:
+        raise RelayError(f"cannot load the tokenizers of --early {early} and --final {final}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
     check_same_tokenizer(tok_early, tok_final)
     tok = tok_final
     eos_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []   # + the sampler's (generation config)
-
-    tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
-    out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
-    # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
-    identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
-                "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
-                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
-                "batch_problems": batch_problems}
-    try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
-        claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
-                     fix="use another --out or delete that folder")
-    except SettingsMismatch as e:
-        raise RelayError(str(e)) from None
-
     prompt_ids = {}
     for p in probs:
         ids = tok(render_prompt(template, p.question, tok), add_special_tokens=False)["input_ids"]
         if not ids:
             raise RelayError(f"problem {p.id}: the rendered prompt is empty")
         prompt_ids[str(p.id)] = ids
+
+    # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
+    identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
+                "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
+                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
+                "batch_problems": batch_problems}
+    try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
+        claimed = claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
+                               fix="use another --out or delete that folder")
+    except SettingsMismatch as e:
+        raise RelayError(str(e)) from None
 
     pref_path, res_path = out_dir / "prefixes.jsonl", out_dir / "results.jsonl"
     prefixes = _read_jsonl(pref_path)
@@ -291,8 +321,9 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     todo = [p for p in probs if str(p.id) not in results and str(p.id) not in prefixes]
     if todo:
         log(f"early phase: {len(todo)} problems × {n} samples from {early}")
-        model, _ = load_policy(early_dir, device=device)
-        sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
+        with _unclaimed_on_error(out_dir, claimed):   # a failed start leaves no folder holding only its settings
+            model, _ = load_policy(early_dir, device=device)
+            sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
         eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
         for chunk in _chunks(todo, batch_problems):
             ids = [str(p.id) for p in chunk]
