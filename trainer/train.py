@@ -83,8 +83,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     run_dir = cfg.run_dir
     ckpt.check_shared_run_dir(run_dir, d)   # before any expensive work: all ranks write and resume from it
     # a resume must not rewrite the record: changed training settings are refused (trainer/history.py)
-    history.check_resume(run_dir, cfg, resuming=cfg.resume != "never" and (
-        cfg.resume != "auto" or bool(ckpt.list_checkpoints(run_dir))))
+    history.check_resume(run_dir, cfg, resuming=ckpt.find_resume_checkpoint(run_dir, cfg.resume) is not None)
     examples = load_examples(cfg)
 
     # --- model, data, rollout engine, optimizer ----------------------------------------------------------
