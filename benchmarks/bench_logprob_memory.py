@@ -12,7 +12,7 @@ head's logits are everything there is to measure. Forward and backward of a loss
   entropy in float32, each chunk recomputed in backward.
 
 Each side runs in a fresh interpreter; on the CPU (float32, the CPU's compute dtype) the number is the growth of
-peak resident memory over the model and inputs (``ru_maxrss``), on CUDA (bf16 compute, fp32 masters)
+peak resident memory over the model and inputs (``VmHWM``, reset before the row: ``common.PeakRSS``), on CUDA (bf16 compute, fp32 masters)
 ``torch.cuda.max_memory_allocated``. A dispatch-mode tally also records the largest float32 tensor any op produced.
 Target: the chunked head's peak is at most 0.35 of the full logits' at T = 8192 (a constant ~6 float32 [1024, V]
 buffers of one chunk's log-softmax, entropy and their backward, against the row's [T, V] logits, their gradient
@@ -36,7 +36,6 @@ def params_for(ctx) -> dict:
 
 def row_run(*, path: str, tokens: int, vocab: int, hidden: int) -> dict:
     """One forward + backward of ``path`` (``full`` | ``chunked``) on one row; peak memory growth in GB."""
-    import resource
     import time
 
     import torch
@@ -44,6 +43,7 @@ def row_run(*, path: str, tokens: int, vocab: int, hidden: int) -> dict:
     from torch.utils._pytree import tree_flatten
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from benchmarks.common import PeakRSS
     from trainer.algos import logprobs_and_entropy
     from trainer.fsdp import Dist, shard_model
     from trainer.policy import pack, response_logprobs
@@ -85,16 +85,15 @@ def row_run(*, path: str, tokens: int, vocab: int, hidden: int) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
-    with Tally():
+    with PeakRSS() as rss, Tally():
         lp, en, mask = fn()
         ((lp - 0.01 * en) * mask).sum().backward()
     if cuda:
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 1e9
     else:
-        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base_rss) / 1e9
+        peak = rss.peak / 1e9
     return {"peak_gb": peak, "seconds": time.perf_counter() - t0, "largest_fp32_elements": Tally.largest,
             "device": device}
 

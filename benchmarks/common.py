@@ -191,6 +191,44 @@ def machine_info() -> dict:
             "mem_gib": mem_gib, "gpu": cuda, "platform": platform.platform(), "versions": versions}
 
 
+class PeakRSS:
+    """Peak resident memory of this process over a block, in bytes above the resident memory at its start.
+
+    Linux keeps one high-water mark per process (``VmHWM``); writing ``5`` to ``/proc/self/clear_refs`` lowers it
+    to the current resident size, so the block's own peak is measured rather than whatever the imports or the
+    model's construction reached before it (``ru_maxrss`` never goes down, and a block whose peak stays under an
+    earlier one reads as 0). Where the mark cannot be reset the block is measured against ``ru_maxrss`` and
+    ``reset`` is False.
+    """
+
+    def __enter__(self) -> "PeakRSS":
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.reset = True
+        except OSError:
+            self.reset = False
+        self.base = _status_bytes("VmRSS") if self.reset else _maxrss_bytes()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        peak = _status_bytes("VmHWM") if self.reset else _maxrss_bytes()
+        self.peak = max(0, peak - self.base)
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _maxrss_bytes() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
+
+
 def set_threads(n: int = THREADS) -> None:
     import torch
     torch.set_num_threads(n)

@@ -151,3 +151,17 @@ def test_check_and_unknown_benchmark():
     assert common.Check("x", 1.4, ">=", 1.3).passed and not common.Check("x", math.nan, ">=", 1.3).passed
     with pytest.raises(SystemExit):
         main(["--only", "no_such_benchmark"])
+
+
+def test_peak_rss_measures_the_block_not_what_came_before():
+    # a block after a larger peak in the same process still reads its own peak (ru_maxrss, which never goes down,
+    # read 0 GB there: the quick logprob_memory side in CI); numpy, so no allocator cache keeps pages resident
+    import numpy as np
+    big = np.ones(300 * 2**20 // 8)          # 300 MiB resident, then freed: the process's high-water mark
+    del big
+    with common.PeakRSS() as rss:
+        block = np.ones(100 * 2**20 // 8)    # 100 MiB, under the earlier peak
+        del block
+    if not rss.reset:
+        pytest.skip("/proc/self/clear_refs is not writable here: the block is measured against ru_maxrss")
+    assert 95 * 2**20 <= rss.peak <= 140 * 2**20, rss.peak / 2**20
