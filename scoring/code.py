@@ -61,9 +61,9 @@ from scoring.limits import CODE_LIMITS
 from scoring.verdict import Verdict
 from scoring.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases, run_harness
 
-__all__ = ["LCB_IMPORT_PRELUDE", "LCB_PRELUDE_MODULES", "CodeTest", "extract_code", "extract_code_lcb",
-           "stdout_matches", "grade_code", "grade_assert_script", "verdict_of_status", "short_repr",
-           "program_packages"]
+__all__ = ["LCB_IMPORT_PRELUDE", "LCB_PRELUDE_MODULES", "LEETCODE_PRELUDE", "CodeTest", "extract_code",
+           "extract_code_lcb", "stdout_matches", "grade_code", "grade_assert_script", "verdict_of_status",
+           "short_repr", "program_packages"]
 
 # LiveCodeBench's ``import_string`` (lcb_runner/evaluation/testing_util.py), prepended to every graded program.
 LCB_IMPORT_PRELUDE = "\n".join([
@@ -82,6 +82,69 @@ LCB_PRELUDE_MODULES = tuple(line.split()[1] for line in LCB_IMPORT_PRELUDE.split
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
 _PY_TAGS = {"python", "py", "python3", "py3", ""}
 
+
+# names LeetCode-style test scripts use without importing them (our own helpers, written for the data's tests): the
+# prelude of the trainer's ``assert`` rows (scoring.rewards, scoring.klear)
+LEETCODE_PRELUDE = """from typing import *
+from collections import *
+from itertools import *
+from functools import *
+from heapq import *
+from bisect import *
+from math import *
+import math, collections, itertools, functools, heapq, bisect, string, re, random, operator, copy, sys
+
+
+class ListNode:
+    def __init__(self, val=0, next=None):
+        self.val = val
+        self.next = next
+
+
+class TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val = val
+        self.left = left
+        self.right = right
+
+
+def list_node(values):
+    head = cur = ListNode()
+    for v in values:
+        cur.next = ListNode(v)
+        cur = cur.next
+    return head.next
+
+
+def is_same_list(a, b):
+    while a and b:
+        if a.val != b.val:
+            return False
+        a, b = a.next, b.next
+    return a is None and b is None
+
+
+def tree_node(values):
+    if not values or values[0] is None:
+        return None
+    root = TreeNode(values[0])
+    queue, i = deque([root]), 1
+    while queue and i < len(values):
+        node = queue.popleft()
+        for side in ("left", "right"):
+            if i < len(values) and values[i] is not None:
+                child = TreeNode(values[i])
+                setattr(node, side, child)
+                queue.append(child)
+            i += 1
+    return root
+
+
+def is_same_tree(a, b):
+    if a is None or b is None:
+        return a is b
+    return a.val == b.val and is_same_tree(a.left, b.left) and is_same_tree(a.right, b.right)
+"""
 
 @dataclass(frozen=True)
 class CodeTest:

@@ -32,6 +32,19 @@ class CodeLimits:
     evalplus_ground_truth_s: float = 600.0
     # EvalPlus's ``reliability_guard`` cap (``EVALPLUS_MAX_MEMORY_BYTES``, default 4 GiB)
     evalplus_memory_mb: int = 4096
+    # KlearReasoner's code reward (scoring.klear; Kwai-Klear/KlearReasoner at 3422f6d, under
+    # verl/utils/reward_score/). A row's own ``timeout``/``max_test_cases`` win over the first two (as there).
+    # coder1 rows: per test (one process each), ``code_r1_reward/firejail_exec.py:10`` _DEFAULT_TIMEOUT_SECONDS
+    klear_coder1_test_s: float = 35.0
+    # coder1 rows: tests sampled per response, ``code_r1_compute.py:15`` MAX_TEST_CASES
+    klear_coder1_max_tests: int = 16
+    # the rllm sources (taco, apps, code_contests, primeintellect, codeforces, livecodebench): per test,
+    # ``rllm_code_reward.py:72`` check_correctness(timeout_per_test=7) and ``:243`` lcb_check_correctness_v2(timeout=7)
+    klear_rllm_test_s: float = 7.0
+    # the rllm sources but livecodebench: the shortest inputs kept, ``rllm_code_reward.py:72`` max_tests=32
+    klear_rllm_max_tests: int = 32
+    # leetcode rows (solution + test code, one script): ``code_utils/firejail_exec.py:16`` _DEFAULT_TIMEOUT_SECONDS
+    klear_leetcode_script_s: float = 30.0
 
 
 CODE_LIMITS = CodeLimits()

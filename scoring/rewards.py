@@ -2,7 +2,8 @@
 
 ``grade_task_batch(task, responses, examples)`` gives one ``scoring.verdict.Verdict`` per response:
 ``correct`` is the grader's word (pass), ``verdict`` says what happened. The reward of a graded response is 1.0
-when correct and 0.0 otherwise (``reward_of``). A response the grader could not grade (``UNGRADED_VERDICTS``:
+when correct and 0.0 otherwise (``reward_of``), or the grader's own ``score`` when it has one (KlearReasoner's code
+reward). A response the grader could not grade (``UNGRADED_VERDICTS``:
 ``grader_error`` — the grading worker crashed, the sandbox could not start — or ``timeout``, the grader's own
 hard limit) has no reward: the trainer counts it (``reward/ungraded``) and by default leaves its group out of the
 update (``ungraded: drop_group``), so an infrastructure failure never becomes a wrong answer.
@@ -10,9 +11,12 @@ update (``ungraded: drop_group``), so an infrastructure failure never becomes a 
 Every batch goes through ``scoring.grading.grade_batch`` (the one batch grader, which turns a grader's failure
 into the ungraded verdict): ``math`` grades ``example['answer']`` with math-verify (scoring.math) in a worker pool
 with a hard per-item timeout (``scoring.grading.grade_math_batch``); ``code`` (and the embedded ``minicode`` task)
-runs the example's tests in the sandbox (scoring.code) with LiveCodeBench's harness and passes only when every test
-passes, graded in worker processes (``grade_code_batch``); the other embedded tasks grade inline with their own
-checker.
+runs the example's tests in the sandbox (scoring.code), graded in worker processes (``grade_code_batch``) under one
+of two rewards (``CODE_REWARDS``, the ``code_reward`` argument): ``lcb`` (the default) runs LiveCodeBench's harness
+and passes only when every test passes, reward 1/0; ``klear`` is KlearReasoner's verifier, the one its data sets
+were written for (``scoring.klear``: a fraction of sampled tests for ``coder1`` rows, format penalties, rewards in
+[-2, 1]). Both honour a row's own ``timeout`` / ``max_test_cases`` (``scoring.klear.row_limits``). The other embedded
+tasks grade inline with their own checker.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import math
 import os
 from typing import Callable, Sequence
 
-from scoring.code import extract_code, grade_assert_script, grade_code
+from scoring.code import LEETCODE_PRELUDE, extract_code, grade_assert_script, grade_code
 from scoring.grading import grade_batch, grade_math_batch
+from scoring.klear import grade_klear_example, grade_klear_program, klear_format, klear_time_bound, row_limits, \
+    sample_indices, tests_key
 from scoring.limits import CODE_LIMITS
 from scoring.math import grade_math
 from scoring.pool import WorkerPool, default_workers
@@ -33,7 +39,7 @@ from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
 
 Grader = Callable[[str, dict], Verdict]
 
-__all__ = ["CODE_TASKS", "GRADERS", "Grader", "UNGRADED_VERDICTS", "code_time_bound", "get_grader",
+__all__ = ["CODE_REWARDS", "CODE_TASKS", "GRADERS", "Grader", "UNGRADED_VERDICTS", "code_time_bound", "get_grader",
            "grade_code_batch", "grade_code_example", "grade_program", "grade_task_batch", "reward_of"]
 
 
@@ -59,107 +65,62 @@ def grade_math_example(response: str, example: dict) -> Verdict:
 #   test_scripts assert: test programs appended to the solution, each must exit 0 (LeetCode-style data)
 #   time_limit_s per-test seconds (default CODE_LIMITS.test_s, LiveCodeBench's 6 s); assert: per script
 #                (default CODE_LIMITS.assert_script_s); memory: CODE_LIMITS.memory_mb (scoring.limits)
-
-# names LeetCode-style test scripts use without importing them (our own helpers, written for the data's tests)
-LEETCODE_PRELUDE = """from typing import *
-from collections import *
-from itertools import *
-from functools import *
-from heapq import *
-from bisect import *
-from math import *
-import math, collections, itertools, functools, heapq, bisect, string, re, random, operator, copy, sys
-
-
-class ListNode:
-    def __init__(self, val=0, next=None):
-        self.val = val
-        self.next = next
-
-
-class TreeNode:
-    def __init__(self, val=0, left=None, right=None):
-        self.val = val
-        self.left = left
-        self.right = right
-
-
-def list_node(values):
-    head = cur = ListNode()
-    for v in values:
-        cur.next = ListNode(v)
-        cur = cur.next
-    return head.next
-
-
-def is_same_list(a, b):
-    while a and b:
-        if a.val != b.val:
-            return False
-        a, b = a.next, b.next
-    return a is None and b is None
-
-
-def tree_node(values):
-    if not values or values[0] is None:
-        return None
-    root = TreeNode(values[0])
-    queue, i = deque([root]), 1
-    while queue and i < len(values):
-        node = queue.popleft()
-        for side in ("left", "right"):
-            if i < len(values) and values[i] is not None:
-                child = TreeNode(values[i])
-                setattr(node, side, child)
-                queue.append(child)
-            i += 1
-    return root
-
-
-def is_same_tree(a, b):
-    if a is None or b is None:
-        return a is b
-    return a.val == b.val and is_same_tree(a.left, b.left) and is_same_tree(a.right, b.right)
-"""
+#   max_test_cases  at most this many tests (or scripts) graded, a deterministic sample (scoring.klear.sample_indices)
+#   data_source  the published row's source (the klear reward picks its verifier by it)
+# A row's own limits: time_limit_s / max_test_cases when set, else the ``timeout`` / ``max_test_cases`` of a
+# ground truth that is a JSON object (KlearReasoner's coder1 rows; scoring.klear.row_limits). Under ``lcb`` a stated
+# timeout replaces LiveCodeBench's 6 s (that default is LiveCodeBench's, for its own problems; a row that states
+# its limit was built with it) and a stated cap grades the same sample ``klear`` grades; without them every test
+# runs at 6 s, as before.
 
 CODE_TESTTYPES = ("stdin", "functional", "assert")
 
 
-def code_time_bound(example: dict) -> float:
+def _lcb_selection(example: dict) -> tuple[list, float]:
+    """(tests or scripts graded, per-test seconds) of ``example`` under the lcb reward (the comment above)."""
+    lim = row_limits(example)
+    if example.get("testtype", "stdin") == "assert":
+        items, t = list(example["test_scripts"]), lim.timeout_s or CODE_LIMITS.assert_script_s
+    else:
+        tests = example["tests"] if "tests" in example else example["answer"]
+        items, t = list(tests), lim.timeout_s or CODE_LIMITS.test_s
+    if lim.max_test_cases is not None:
+        items = [items[i] for i in sample_indices(len(items), lim.max_test_cases, tests_key(items))]
+    return items, float(t)
+
+
+def code_time_bound(example: dict, *, code_reward: str = "lcb") -> float:
     """Seconds the sandbox may take for one response to ``example`` before it gives up itself (its own budget:
     set-up grace, then the whole-problem limit ``(t + 1) * n + 5`` of the lcb harness, or ``t`` per test
-    script): the worker pool's hard timeout sits above this, so it only fires when the sandbox's own watchdog
-    failed."""
-    kind = example.get("testtype", "stdin")
-    if kind == "assert":
-        t = float(example.get("time_limit_s") or CODE_LIMITS.assert_script_s)
-        return len(example["test_scripts"]) * (SETUP_GRACE_S + t + CASE_GRACE_S)
-    t = float(example.get("time_limit_s") or CODE_LIMITS.test_s)
-    return SETUP_GRACE_S + (t + 1) * len(example["tests"]) + 5 + CASE_GRACE_S
+    script; ``klear``: ``scoring.klear.klear_time_bound``): the worker pool's hard timeout sits above this, so it
+    only fires when the sandbox's own watchdog failed."""
+    if code_reward == "klear":
+        return klear_time_bound(example)
+    items, t = _lcb_selection(example)
+    if example.get("testtype", "stdin") == "assert":
+        return len(items) * (SETUP_GRACE_S + t + CASE_GRACE_S)
+    return SETUP_GRACE_S + (t + 1) * len(items) + 5 + CASE_GRACE_S
 
 
 def grade_program(program: str, example: dict) -> Verdict:
     """The verdict of an extracted ``program`` on ``example``'s tests (the normalized form above): ``pass`` only
     when every test passes. A sandbox that cannot run is ``grader_error``, never a wrong answer."""
     kind = example.get("testtype", "stdin")
+    if kind not in CODE_TESTTYPES:
+        raise ValueError(f"testtype must be one of {CODE_TESTTYPES}, got {kind!r}")
+    items, t = _lcb_selection(example)
     try:
         if kind == "assert":
-            t = float(example.get("time_limit_s") or CODE_LIMITS.assert_script_s)
             v = Verdict(False, "no_answer", None, "no test scripts")
-            for i, script in enumerate(example["test_scripts"]):
+            for i, script in enumerate(items):
                 v = grade_assert_script(program, script, prelude=LEETCODE_PRELUDE, timeout_s=t,
                                         memory_mb=CODE_LIMITS.memory_mb)
                 if not v.correct:
-                    n = len(example["test_scripts"])
+                    n = len(items)
                     return Verdict(False, v.verdict, None, f"script {i + 1}/{n}: {v.detail}" if n > 1 else v.detail)
             return v
-        if kind not in ("stdin", "functional"):
-            raise ValueError(f"testtype must be one of {CODE_TESTTYPES}, got {kind!r}")
-        tests = example["tests"] if "tests" in example else example["answer"]
-        return grade_code(program, tests, kind=kind, fn_name=example.get("fn_name"),
-                          match=example.get("test_match", "lcb"),
-                          timeout_s=float(example.get("time_limit_s") or CODE_LIMITS.test_s),
-                          memory_mb=CODE_LIMITS.memory_mb)
+        return grade_code(program, items, kind=kind, fn_name=example.get("fn_name"),
+                          match=example.get("test_match", "lcb"), timeout_s=t, memory_mb=CODE_LIMITS.memory_mb)
     except SandboxError as e:
         return Verdict(False, GRADER_ERROR, None, f"sandbox: {e}"[:2000])
 
@@ -169,6 +130,29 @@ def grade_code_example(response: str, example: dict) -> Verdict:
     ``</think>``, else the whole response) run on the example's tests in the sandbox, with LiveCodeBench's
     harness and comparison; 1 only when all tests pass."""
     return grade_program(extract_code(response), example)
+
+
+# code_reward -> (the reward of one response, the reward of one extracted program: what a grading worker runs)
+CODE_REWARDS: dict[str, tuple[Callable[..., Verdict], Callable[[str, dict], Verdict]]] = {
+    "lcb": (grade_code_example, grade_program),
+    "klear": (grade_klear_example, grade_klear_program),
+}
+
+
+def _check_code_reward(code_reward: str, examples: Sequence[dict]) -> None:
+    if code_reward not in CODE_REWARDS:
+        raise ValueError(f"code_reward must be one of {sorted(CODE_REWARDS)}, got {code_reward!r}")
+    if code_reward == "klear":
+        missing = sum(1 for ex in examples if "data_source" not in ex)
+        if missing:
+            raise ValueError(f"code_reward='klear' picks KlearReasoner's verifier by the row's data_source, and "
+                             f"{missing} of {len(examples)} examples have none (the embedded tasks and rows without "
+                             f"it): use code_reward='lcb' for them")
+
+
+def _grade_code_item(code_reward: str, program: str, example: dict) -> Verdict:
+    """What a grading worker runs: ``code_reward``'s verdict of one extracted program."""
+    return CODE_REWARDS[code_reward][1](program, example)
 
 
 def code_workers() -> int:
@@ -194,33 +178,47 @@ def _code_pool(timeout: float, workers: int):
             _CODE_POOL.close()
         else:
             atexit.register(lambda: _CODE_POOL is not None and _CODE_POOL.close())
-        _CODE_POOL = WorkerPool(grade_program, workers=workers, timeout=timeout,
-                                preload=("scoring.code", "scoring.sandbox"))
+        _CODE_POOL = WorkerPool(_grade_code_item, workers=workers, timeout=timeout,
+                                preload=("scoring.code", "scoring.klear", "scoring.sandbox"))
     return _CODE_POOL
 
 
-def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, workers: int | None = None
-                     ) -> list[Verdict]:
-    """Code verdicts for a batch, graded in ``workers`` processes (``code_workers()``), each running one sandboxed
-    program at a time. Identical programs for the same example are graded once (a sharpened policy repeats
-    itself). A worker past the hard timeout (``code_time_bound`` + 30 s, rounded up to a minute: the sandbox's
-    own limits come first) is killed and its item is ``timeout``; a worker that dies or raises, ``grader_error``:
-    never a wrong answer (``scoring.grading.grade_batch``). ``workers=1`` grades in this process."""
-    programs = [extract_code(r) for r in responses]
-    keys, items, where = [], [], {}
-    for prog, ex in zip(programs, examples):
+def grade_code_batch(responses: Sequence[str], examples: Sequence[dict], *, workers: int | None = None,
+                     code_reward: str = "lcb", prompt_opens_think: bool = False) -> list[Verdict]:
+    """Code verdicts for a batch under ``code_reward`` (``CODE_REWARDS``), graded in ``workers`` processes
+    (``code_workers()``), each running one sandboxed program at a time. Identical programs for the same example are
+    graded once (a sharpened policy repeats itself); ``klear``'s format penalties are decided here, without a
+    sandbox (``prompt_opens_think``: the prompt ends in the ``<think>`` the chat template wrote,
+    ``scoring.klear.klear_format``). A worker past the hard timeout (``code_time_bound`` + 30 s, rounded up to a
+    minute: the sandbox's own limits come first) is killed and its item is ``timeout``; a worker that dies or
+    raises, ``grader_error``: never a wrong answer (``scoring.grading.grade_batch``). ``workers=1`` grades in this
+    process."""
+    _check_code_reward(code_reward, examples)
+    out: list[Verdict | None] = [None] * len(responses)
+    keys, items, where = {}, [], {}
+    for j, (resp, ex) in enumerate(zip(responses, examples)):
+        if code_reward == "klear":
+            prog = klear_format(resp, ex["data_source"], prompt_opens_think=prompt_opens_think)
+            if isinstance(prog, Verdict):   # a format penalty: no program to run
+                out[j] = prog
+                continue
+        else:
+            prog = extract_code(resp)
         key = (prog, id(ex))
         if key not in where:
             where[key] = len(items)
-            items.append((prog, ex))
-        keys.append(where[key])
-    workers = workers or code_workers()
-    if workers <= 1:
-        uniq = grade_batch(grade_program, items, mode="inline")
-    else:
-        bound = max(code_time_bound(ex) for _, ex in items) + 30.0
-        uniq = grade_batch(grade_program, items, mode="process", pool=_code_pool(bound, workers))
-    return [uniq[k] for k in keys]
+            items.append((code_reward, prog, ex))
+        keys[j] = where[key]
+    if items:
+        workers = workers or code_workers()
+        if workers <= 1:
+            uniq = grade_batch(_grade_code_item, items, mode="inline")
+        else:
+            bound = max(code_time_bound(ex, code_reward=code_reward) for _, _, ex in items) + 30.0
+            uniq = grade_batch(_grade_code_item, items, mode="process", pool=_code_pool(bound, workers))
+        for j, k in keys.items():
+            out[j] = uniq[k]
+    return out
 
 
 GRADERS: dict[str, Grader] = {
@@ -240,16 +238,21 @@ def get_grader(name: str) -> Grader:
 
 
 def reward_of(v: Verdict) -> float:
-    """1.0 for a correct response, 0.0 for a graded wrong one (an ungraded one is the trainer's to handle)."""
+    """The grader's ``score`` when it has one (KlearReasoner's code reward: in [-2, 1]); else 1.0 for a correct
+    response, 0.0 for a graded wrong one (an ungraded one is the trainer's to handle)."""
+    if v.score is not None:
+        return float(v.score)
     return 1.0 if v.correct else 0.0
 
 
-def grade_task_batch(task: str, responses: Sequence[str], examples: Sequence[dict]) -> list[Verdict]:
+def grade_task_batch(task: str, responses: Sequence[str], examples: Sequence[dict], *, code_reward: str = "lcb",
+                     prompt_opens_think: bool = False) -> list[Verdict]:
     """Verdicts for a batch of responses to ``task``'s examples. Math answers and programs are graded in process
-    pools with a hard per-item timeout (``grade_math_batch``, ``grade_code_batch``), the embedded tasks inline; any
-    failure of a grader becomes that response's ``grader_error`` (``scoring.grading.grade_batch``)."""
+    pools with a hard per-item timeout (``grade_math_batch``, ``grade_code_batch``, which reads ``code_reward`` and
+    ``prompt_opens_think``; other tasks ignore them), the embedded tasks inline; any failure of a grader becomes
+    that response's ``grader_error`` (``scoring.grading.grade_batch``)."""
     if task in CODE_TASKS:
-        return grade_code_batch(responses, examples)
+        return grade_code_batch(responses, examples, code_reward=code_reward, prompt_opens_think=prompt_opens_think)
     if task == "math":
         return grade_math_batch(list(responses), [str(e["answer"]) for e in examples])
     return grade_batch(get_grader(task), list(zip(responses, examples)), mode="inline")

@@ -3,6 +3,10 @@
 ``verdict`` names what happened (``pass``, ``wrong_answer``, ``no_answer``, ``runtime_error``, ``time_limit``,
 ``memory_limit``, ``timeout``, ``grader_error``); ``correct`` is True only for ``pass``.
 
+``score`` is the reward of a grader whose reward is not just pass/fail (KlearReasoner's code reward,
+``scoring.klear``: the mean of +1/-1 over the tests run, and format penalties); ``None`` for every other grader,
+whose reward is 1 for ``correct`` and 0 otherwise (``scoring.rewards.reward_of``).
+
 ``UNGRADED_VERDICTS`` are not a grade: the grader crashed, its sandbox could not run, or it ran out of its own time
 (math-verify's hard limit). Evaluation counts and shows them and never scores them; training counts them and keeps
 them out of the update.
@@ -22,3 +26,4 @@ class Verdict:
     verdict: str            # pass | wrong_answer | runtime_error | time_limit | memory_limit | timeout | no_answer
     answer: str | None = None   # the extracted answer (math) or None (code)
     detail: str = ""
+    score: float | None = None   # the reward when it is not 1/0 from ``correct`` (scoring.klear); None otherwise
