@@ -17,17 +17,28 @@ and passes only when every test passes, reward 1/0; ``klear`` is KlearReasoner's
 were written for (``scoring.klear``: a fraction of sampled tests for ``coder1`` rows, format penalties, rewards in
 [-2, 1]). Both honour a row's own ``timeout`` / ``max_test_cases`` (``scoring.klear.row_limits``). The other embedded
 tasks grade inline with their own checker.
+
+``reward_fn`` (the trainer's config field, ``module:function``) replaces the task's grader with a user function of
+the graders' signature, ``fn(response: str, example: dict) -> Verdict | bool`` (``example`` is the data row: its
+``prompt``, ``answer`` and every other column): ``load_reward_fn`` resolves it (``RewardFnError``, one line naming
+the field, for a bad spec), ``grade_custom_batch`` grades a batch with it in worker processes with the math
+grader's hard per-item limit (``GRADE_TIMEOUT_S``), so a function that raises is that response's
+``grader_error`` and one that hangs its ``timeout``: counted, never a crash of the run.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib
 import math
 import os
-from typing import Callable, Sequence
+import sys
+from pathlib import Path
+from typing import Callable, Literal, Sequence
 
 from scoring.code import LEETCODE_PRELUDE, extract_code, grade_assert_script, grade_code
-from scoring.grading import grade_batch, grade_math_batch
+from scoring.grading import GRADE_TIMEOUT_S, grade_batch, grade_math_batch
 from scoring.klear import grade_klear_example, grade_klear_program, klear_format, klear_time_bound, row_limits, \
     sample_indices, tests_key
 from scoring.limits import CODE_LIMITS
@@ -39,8 +50,10 @@ from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
 
 Grader = Callable[[str, dict], Verdict]
 
-__all__ = ["CODE_REWARDS", "CODE_TASKS", "GRADERS", "Grader", "UNGRADED_VERDICTS", "code_time_bound", "get_grader",
-           "grade_code_batch", "grade_code_example", "grade_program", "grade_task_batch", "reward_of"]
+__all__ = ["CODE_REWARDS", "CODE_TASKS", "CodeReward", "GRADERS", "Grader", "RewardFnError", "UNGRADED_VERDICTS",
+           "code_time_bound", "custom_item", "get_grader", "grade_code_batch", "grade_code_example",
+           "grade_custom_batch", "grade_program", "grade_task_batch", "load_reward_fn", "module_root",
+           "parse_reward_fn", "reward_of"]
 
 
 def _task_grader(name: str) -> Grader:
@@ -133,6 +146,7 @@ def grade_code_example(response: str, example: dict) -> Verdict:
 
 
 # code_reward -> (the reward of one response, the reward of one extracted program: what a grading worker runs)
+CodeReward = Literal["lcb", "klear"]   # the trainer's `code_reward`: the keys of CODE_REWARDS
 CODE_REWARDS: dict[str, tuple[Callable[..., Verdict], Callable[[str, dict], Verdict]]] = {
     "lcb": (grade_code_example, grade_program),
     "klear": (grade_klear_example, grade_klear_program),
@@ -245,12 +259,119 @@ def reward_of(v: Verdict) -> float:
     return 1.0 if v.correct else 0.0
 
 
-def grade_task_batch(task: str, responses: Sequence[str], examples: Sequence[dict], *, code_reward: str = "lcb",
-                     prompt_opens_think: bool = False) -> list[Verdict]:
+# ---- a user's reward function (config reward_fn) -------------------------------------------------------------
+class RewardFnError(ValueError):
+    """A ``reward_fn`` spec that names no callable (the message is one line naming the field and the fix)."""
+
+
+def parse_reward_fn(spec: str) -> tuple[str, str]:
+    """(module, function) of a ``module:function`` spec, read without importing anything (the config's check);
+    ``RewardFnError`` when it is not of that form."""
+    module, sep, name = (x.strip() for x in spec.partition(":"))
+    if not sep or not module or not name:
+        raise RewardFnError(f"reward_fn='{spec}' is not module:function (e.g. reward_fn=my_rewards:score for "
+                            f"def score(response, example) in my_rewards.py on the Python path)")
+    return module, name
+
+
+def load_reward_fn(spec: str) -> Callable[[str, dict], object]:
+    """The function ``spec`` names: ``module:function``, the module importable from the Python path (the working
+    directory and PYTHONPATH, as ``python -m`` finds modules). ``RewardFnError`` when the spec has no colon, the
+    module does not import, the attribute is missing or is not callable."""
+    module, name = parse_reward_fn(spec)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise RewardFnError(f"reward_fn='{spec}': no module '{module}' on the Python path (the working directory "
+                                f"and PYTHONPATH); run from its folder or add the folder to PYTHONPATH") from None
+        raise RewardFnError(f"reward_fn='{spec}': importing '{module}' failed: {exc}") from None
+    except Exception as exc:   # the user's module raised while importing: say what, without its traceback
+        raise RewardFnError(f"reward_fn='{spec}': importing '{module}' raised {type(exc).__name__}: {exc}") from None
+    if not hasattr(mod, name):
+        where = getattr(mod, "__file__", None) or module
+        raise RewardFnError(f"reward_fn='{spec}': module '{module}' ({where}) has no attribute '{name}'")
+    fn = getattr(mod, name)
+    if not callable(fn):
+        raise RewardFnError(f"reward_fn='{spec}': '{module}.{name}' is not callable (it is of type "
+                            f"{type(fn).__name__}); name a function of (response, example)")
+    return fn
+
+
+def module_root(spec: str) -> str | None:
+    """The folder of the Python path that the module of ``spec`` was imported from here (None: no file), so that
+    grading workers import it from there too, whenever and from whichever path their fork server started."""
+    module, _ = parse_reward_fn(spec)
+    file = getattr(importlib.import_module(module), "__file__", None)
+    if not file:
+        return None
+    path = Path(file)
+    path = path.parent if path.name == "__init__.py" else path
+    return str(path.parents[len(module.split(".")) - 1])
+
+
+@functools.lru_cache(maxsize=8)
+def _reward_fn(spec: str, root: str | None):
+    if root and root not in sys.path:
+        sys.path.insert(0, root)
+    return load_reward_fn(spec)   # once per worker process
+
+
+def _as_verdict(out, spec: str) -> Verdict:
+    """A user function's return value as a verdict: a ``Verdict`` as it is; a bool, or the numbers 0 and 1, as
+    ``pass`` / ``wrong_answer``. Anything else raises (its row is then ``grader_error``, with this message)."""
+    if isinstance(out, Verdict):
+        return out
+    if isinstance(out, bool) or (isinstance(out, (int, float)) and out in (0, 1)):
+        return Verdict(bool(out), "pass" if out else "wrong_answer")
+    raise TypeError(f"reward_fn '{spec}' returned {type(out).__name__} {out!r}: return a bool (or 0/1) or a "
+                    f"scoring.verdict.Verdict; the reward is 1.0 for a correct response, 0.0 otherwise")
+
+
+def custom_item(spec: str, root: str | None, response: str, example: dict) -> Verdict:
+    """Pool function (module level, importable by reference): the user function of ``spec``, imported from the
+    Python path folder ``root`` (``module_root``), on one response."""
+    return _as_verdict(_reward_fn(spec, root)(response, example), spec)
+
+
+_CUSTOM_POOLS: dict[tuple[str, float], WorkerPool] = {}
+
+
+def _custom_pool(spec: str, timeout_s: float) -> WorkerPool:
+    """One pool per spec kept between steps (worker start-up paid once); the fork server imports the user's module
+    once where it starts here, so each replacement worker (after a timeout) starts with it loaded."""
+    key = (spec, float(timeout_s))
+    if key not in _CUSTOM_POOLS:
+        if not _CUSTOM_POOLS:
+            atexit.register(lambda: [p.close() for p in _CUSTOM_POOLS.values()])
+        _CUSTOM_POOLS[key] = WorkerPool(custom_item, timeout=timeout_s,
+                                        preload=("scoring.rewards", parse_reward_fn(spec)[0]))
+    return _CUSTOM_POOLS[key]
+
+
+def grade_custom_batch(spec: str, responses: Sequence[str], examples: Sequence[dict], *,
+                       timeout_s: float = GRADE_TIMEOUT_S) -> list[Verdict]:
+    """Verdicts of the user function ``spec`` (``module:function``) for a batch, graded in worker processes with a
+    hard limit of ``timeout_s`` seconds per response (the math grader's, ``GRADE_TIMEOUT_S``): a response whose
+    call raises is ``grader_error`` (the exception in its detail), one past the limit ``timeout``
+    (``scoring.grading.grade_batch``)."""
+    try:
+        root = module_root(spec)
+    except Exception:   # the workers meet the same failure: each row's grader_error says what it is
+        root = None
+    items = [(spec, root, r, ex) for r, ex in zip(responses, examples)]
+    return grade_batch(custom_item, items, mode="process", pool=_custom_pool(spec, timeout_s))
+
+
+def grade_task_batch(task: str, responses: Sequence[str], examples: Sequence[dict], *, reward_fn: str = "",
+                     code_reward: str = "lcb", prompt_opens_think: bool = False) -> list[Verdict]:
     """Verdicts for a batch of responses to ``task``'s examples. Math answers and programs are graded in process
     pools with a hard per-item timeout (``grade_math_batch``, ``grade_code_batch``, which reads ``code_reward`` and
     ``prompt_opens_think``; other tasks ignore them), the embedded tasks inline; any failure of a grader becomes
-    that response's ``grader_error`` (``scoring.grading.grade_batch``)."""
+    that response's ``grader_error`` (``scoring.grading.grade_batch``). ``reward_fn`` (``module:function``): that
+    function grades instead of the task's grader (``grade_custom_batch``)."""
+    if reward_fn:
+        return grade_custom_batch(reward_fn, responses, examples)
     if task in CODE_TASKS:
         return grade_code_batch(responses, examples, code_reward=code_reward, prompt_opens_think=prompt_opens_think)
     if task == "math":

@@ -262,3 +262,35 @@ def test_a_correct_program_scores_one_on_every_published_fixture_row_under_both_
         got = rewards.grade_code_batch(responses, exs, workers=1, code_reward=reward)
         assert {e["hash"]: (v.verdict, rewards.reward_of(v)) for e, v in zip(exs, got)} == \
             {e["hash"]: ("pass", 1.0) for e in exs}
+
+
+class _CodePoints:   # a tokenizer whose ids are code points: the rollout decodes exactly the response written
+    pad_token_id = 0
+
+    @staticmethod
+    def decode(ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+
+
+def test_the_trainers_code_reward_field_reaches_the_grader(tmp_path):
+    """``code_reward`` in the config is what the rollout grades with: the same two responses to one coder1 row
+    get rewards [1, 0.5] under klear and [1, 0] under lcb, through ``RolloutBuilder.reward``."""
+    from trainer.fsdp import Dist
+    from trainer.rollout import Rollout, RolloutBuilder
+    ex = load(tmp_path, [row("c", "coder1_longcot", FOUR)])["c"]
+    got = {}
+    for mode in ("klear", "lcb"):
+        cfg = load_config(None, [*CODE, f"code_reward={mode}", "overlong_buffer_tokens=0"])
+        builder = RolloutBuilder(cfg=cfg, examples=[ex], prompt_ids=[[1]], loader=None, sampler=None,
+                                 tokenizer=_CodePoints(), model=None, d=Dist())
+        rows = [Rollout(example_idx=0, prompt_id="c", group=0, sample_idx=i, prompt_ids=[1],
+                        response_ids=[ord(ch) for ch in text], finish_reason="stop")
+                for i, text in enumerate((answer(MAX), answer(THREE_OF_FOUR)))]
+        got[mode] = [(r.verdict, r.reward) for r in builder.reward(rows)]
+    assert got == {"klear": [("pass", 1.0), ("wrong_answer", 0.5)], "lcb": [("pass", 1.0), ("wrong_answer", 0.0)]}
+
+
+def test_code_reward_klear_is_refused_for_a_task_that_is_not_code():
+    from contracts.config import ConfigError
+    with pytest.raises(ConfigError, match="code_reward=klear grades task=code rows"):
+        load_config(None, ["task=addition", "code_reward=klear"])

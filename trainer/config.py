@@ -20,7 +20,8 @@ from typing import Literal
 from contracts.config import ConfigError, build, load, to_dict
 from inference.names import EngineName
 from inference.names import TINY_SIZES
-from trainer.algos import AdvScale, Algorithm, LossAgg, SeedLoss, SeedRule, StaleLoss
+from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
+from trainer.algos import AdvScale, Algorithm, KlEstimator, LossAgg, SeedLoss, SeedRule, StaleLoss
 from trainer.tracking import TrackerName
 
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "loss_kwargs", "to_dict",
@@ -69,6 +70,18 @@ class Config:
     gradient_checkpointing: bool = False
     # --- data and reward -------------------------------------------------------------------------------
     task: str = "addition"                # reward: addition | countdown | math | code
+    code_reward: CodeReward = "lcb"       # task=code: lcb = LiveCodeBench's harness, 1 when every test passes, else 0
+                                          # (the paper presets: binary rewards); klear = KlearReasoner's verifier
+                                          # (scoring.klear: +1/-1 per sampled test for coder1 rows, format
+                                          # penalties; rewards in [-2, 1]; rows need data_source). docs/graders.md
+    reward_fn: str = ""                   # your own reward, "module:function" with the graders' signature
+                                          # fn(response: str, example: dict) -> bool | scoring.verdict.Verdict (0/1
+                                          # accepted; example: the data row, prompt, answer and every other column):
+                                          # reward 1.0 when correct, else 0.0. It grades in worker processes like the
+                                          # built-in graders: a call that raises is that row's grader_error, one over
+                                          # 10 s its timeout (both ungraded: `ungraded`). The module must import from
+                                          # the working directory or PYTHONPATH. Empty = the task's grader (`task`
+                                          # still picks the embedded data and the template rule)
     train_file: str = ""                  # JSONL or JSON array (or a hub dataset id); empty: generate the embedded task
     train_subset: str = ""                # hub datasets: the configuration name (e.g. "en"); empty = default
     max_train_examples: int = 0           # > 0: a random subset of this many rows (drawn with `seed`), e.g. 4608
@@ -125,6 +138,12 @@ class Config:
     lr_schedule: LrSchedule = "constant"
     max_grad_norm: float = 1.0
     entropy_coef: float = 0.0             # entropy bonus (LUFFY uses 0.001)
+    kl_coef: float = 0.0                  # > 0: + kl_coef * KL(pi_theta || pi_ref) in the loss (verl's use_kl_loss /
+                                          # kl_loss_coef), pi_ref a frozen copy of the initial policy (built only then:
+                                          # compute dtype, sharded as the policy, no optimizer state); logs actor/kl.
+                                          # 0 = off, as in DAPO (arXiv:2503.14476)
+    kl_estimator: KlEstimator = "low_var_kl"  # per-token estimator (verl's kl_loss_type): k1 = log pi - log pi_ref |
+                                          # k2 = (k1)^2 / 2 | k3 = low_var_kl = exp(-k1) + k1 - 1, clamped as verl
     # --- algorithm -------------------------------------------------------------------------------------
     algorithm: Algorithm = "dapo"         # the loss: trainer.algos.LOSSES[algorithm]
     # Thinking Seeds (algorithm=seeds)
@@ -158,8 +177,10 @@ class Config:
                                           # `dtype`: bf16 on CUDA) | float32 | bfloat16; the fp32 masters that
                                           # resume reads stay in trainer_state/ whatever it is
     log_rollouts: bool = True             # write rollouts/step_N.parquet every step
-    tracker: TrackerName = "none"         # metrics also to TensorBoard or W&B (metrics.jsonl always)
-    progress: bool = True                 # progress bar on rank 0
+    tracker: TrackerName = "none"         # metrics also to TensorBoard (make install brings it) or W&B (pip install
+                                          # wandb); metrics.jsonl always
+    progress: bool = True                 # rank 0: a progress bar when stderr is a terminal, else one line per step
+                                          # (step, loss, reward, entropy, kl, groups dropped, s/step: a log file reads)
 
     @property
     def run_dir(self) -> Path:
@@ -217,6 +238,15 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     _check(cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm:g}")
     _check(cfg.entropy_coef >= 0, f"entropy_coef must be >= 0 (a bonus), got {cfg.entropy_coef:g}")
+    _check(cfg.kl_coef >= 0, f"kl_coef must be >= 0 (a penalty; 0 = off), got {cfg.kl_coef:g}")
+    _check(cfg.code_reward == "lcb" or cfg.task == "code",
+           f"code_reward={cfg.code_reward} grades task=code rows (KlearReasoner's, with a data_source field), got "
+           f"task={cfg.task}; leave code_reward=lcb")
+    if cfg.reward_fn:   # its form only: importing the user's module is the launch checks' (trainer.preflight)
+        try:
+            parse_reward_fn(cfg.reward_fn)
+        except RewardFnError as exc:
+            raise ConfigError(f"{exc}; leave it empty for the task's own grader") from None
     _check(cfg.save_every >= 0, f"save_every must be >= 0 (0 = only at the end), got {cfg.save_every}")
     _check(cfg.sft_steps >= 0, f"sft_steps must be >= 0 (0 = no supervised warm-up), got {cfg.sft_steps}")
     _check(cfg.threads >= 0, f"threads must be >= 0 (0 = OMP_NUM_THREADS, else the cores), got {cfg.threads}")

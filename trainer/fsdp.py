@@ -24,7 +24,7 @@ import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
 from inference.hub import ModelSourceError
@@ -93,6 +93,14 @@ def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) ->
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
     return model
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free the unsharded parameters FSDP2 keeps after a forward: the root unit (embeddings, head) stays gathered
+    until backward, which a module that only runs no-grad forwards (the KL penalty's reference) never reaches, so
+    it would hold them for the rest of the step. A no-op on one process."""
+    if isinstance(model, FSDPModule):
+        model.reshard()
 
 
 # model -> the dtype its forward computes in, for modules whose parameters hold another (the master) dtype

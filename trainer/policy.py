@@ -139,6 +139,26 @@ def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute:
     return model, tokenizer
 
 
+def load_reference(model_name: str, d: Dist, *, compute: torch.dtype, seed: int, like: torch.nn.Module,
+                   builder=None) -> torch.nn.Module:
+    """The frozen reference policy of the KL penalty (config ``kl_coef``): the policy the run started from
+    (``model_name``: the warm-start source, so a resumed run keeps its step-0 reference, not the checkpoint it
+    resumes), loaded as ``load_for_training`` loads the policy, sharded the same way (FSDP2 on several ranks, each
+    rank reading its own shard), but in the compute dtype (2 B/param in bf16, no fp32 master), without gradients
+    and with no optimizer: it only runs no-grad forwards (``score``).
+
+    Its buffers are the policy's ``like`` (cloned, in their dtype, as ``engine_copy`` takes them): built in bf16 a
+    model's RoPE ``inv_freq`` would be rounded to bf16, while the policy (fp32 masters, parameters cast per call)
+    keeps it in fp32, and the two would then differ by ~3e-3 in log-prob at step 0 instead of computing the same
+    function."""
+    ref, _ = load_for_training(model_name, d, master=compute, compute=compute, seed=seed, builder=builder)
+    for name, buf in like.named_buffers():
+        owner, _, leaf = name.rpartition(".")
+        ref.get_submodule(owner)._buffers[leaf] = buf.detach().clone()
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
 def engine_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """An unsharded module of ``model``'s architecture with its parameters in ``dtype`` (the compute dtype) on
     ``device``, for the HF engine on several ranks: built with its parameters on the meta device and materialised

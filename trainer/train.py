@@ -21,6 +21,10 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
   refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
   fresh on-policy prompts unless ``refill=none``.
 
+Two more fields, both off by default (DAPO has neither): ``kl_coef`` > 0 adds a KL penalty to a frozen copy of the
+initial policy (``trainer/algos/kl.py``, ``kl_estimator`` as verl's ``kl_loss_type``; logged as ``actor/kl``), and
+``reward_fn=module:function`` grades with a user function in place of the task's grader (``scoring/rewards.py``).
+
 Every algorithm's per-token loss is one entry of the table ``trainer.algos.LOSSES`` (pure functions,
 ``trainer/algos/objectives.py``; hyperparameters from ``trainer.config.loss_kwargs``), reduced by
 ``reduce_loss`` over the one denominator of the optimizer step (``loss_denominator``: token-mean over the global
@@ -59,7 +63,8 @@ from trainer.config import Config, ConfigError, learning_warnings, load_config, 
 from trainer.data import PromptLoader, load_examples, tokenize_prompts
 from trainer.fsdp import Dist, init_distributed, shutdown
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
-from trainer.policy import compute_dtype_engines, load_for_training, resolve_dtype, resolve_master_dtype
+from trainer.policy import (compute_dtype_engines, load_for_training, load_reference, resolve_dtype,
+                            resolve_master_dtype)
 from trainer.preflight import preflight
 from trainer.rollout import RolloutBuilder, make_rollout_engine, sync_rollout_weights
 from trainer.sampling import collect_step
@@ -92,8 +97,12 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     dtype = resolve_dtype(cfg.dtype, d.device)
     master = resolve_master_dtype(cfg.master_dtype, dtype)
     # on several ranks each rank reads only its own shard of the weights (built on the meta device, then sharded)
-    model, tokenizer = load_for_training(warm_start(cfg, d), d, master=master, compute=dtype, seed=cfg.seed,
+    source = warm_start(cfg, d)
+    model, tokenizer = load_for_training(source, d, master=master, compute=dtype, seed=cfg.seed,
                                          builder=policy_builder, gradient_checkpointing=cfg.gradient_checkpointing)
+    # kl_coef > 0: the KL penalty's frozen reference, the policy the run starts from (none otherwise: no memory)
+    ref_model = (load_reference(source, d, compute=dtype, seed=cfg.seed, like=model, builder=policy_builder)
+                 if cfg.kl_coef else None)
     prompts = tokenize_prompts(cfg, examples, tokenizer)
     if d.is_main and any(prompts.dropped.values()):
         print(f"data: {len(prompts.examples)} of {len(examples)} prompts kept ({prompts.dropped})", file=sys.stderr)
@@ -131,7 +140,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             if kept:
                 assign_advantages(kept, cfg)
                 model.train()
-                upd = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id)
+                upd = update(model, optimizer, scheduler, cfg, kept, d, pad_id=tokenizer.pad_token_id,
+                             ref_model=ref_model)
                 records = upd.records
                 metrics.update(upd.metrics)
                 metrics.update(rollout_logp_check(kept, records, d))

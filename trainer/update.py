@@ -5,6 +5,12 @@ Every algorithm's per-token loss is one entry of ``trainer.algos.LOSSES`` (hyper
 (``loss_denominator``: all its micro-batches and ranks), so neither the micro-batch split nor the world size changes
 the gradient (STYLE §5). This module builds the tensors, looks the loss up and calls it; the optimizer is AdamW with
 a warmup and a constant or cosine schedule.
+
+With ``kl_coef > 0`` the loss also holds ``kl_coef`` times the KL penalty to the frozen reference policy
+(``trainer.algos.kl_penalty``, reduced over the same tokens and denominator as the policy loss, as verl's
+``use_kl_loss`` adds ``kl_loss_coef * agg_loss(kld)``): the reference log-probs are one no-grad forward of the
+reference (``score``) per rollout batch, before the first update; ``actor/kl`` is the estimate's token-mean over
+the response tokens of the batch.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import NamedTuple
 import torch
 
 from inference.batching import micro_batches
-from trainer.algos import LOSSES, TokenBatch, group_advantages, loss_denominator, loss_mask, m2po_mask, reduce_loss
+from trainer.algos import (LOSSES, TokenBatch, group_advantages, kl_penalty, loss_denominator, loss_mask, m2po_mask,
+                           reduce_loss)
 from trainer.config import Config, loss_kwargs
-from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm
+from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm, reshard
 from trainer.policy import _DTYPES, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, row_key, split_groups
 
@@ -35,6 +42,7 @@ class TokenRecord:
     clipped_low: list[bool]
     clipped_high: list[bool]
     loss_mask: list[bool]       # the tokens the loss counts
+    kl: list[float] | None = None   # the KL penalty's per-token estimate (kl_coef > 0), else None
 
 
 class MiniBatchResult(NamedTuple):
@@ -85,16 +93,18 @@ def rows_loss_mask(cfg: Config, rows: list[Rollout]) -> torch.Tensor:
 
 
 def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
-                       old: dict | None = None, keep: dict | None = None) -> MiniBatchResult:
+                       old: dict | None = None, keep: dict | None = None, ref: dict | None = None) -> MiniBatchResult:
     """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
 
     The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
     (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
     ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (keyed by
-    ``row_key``). A rank with fewer micro-batches than the others runs dummy ones (loss times 0) so every rank
-    calls the same collectives.
+    ``row_key``); ``ref``: per-row log-probs of the KL penalty's reference policy (needed when ``cfg.kl_coef > 0``).
+    A rank with fewer micro-batches than the others runs dummy ones (loss times 0) so every rank calls the same
+    collectives.
     """
     agg = cfg.loss_agg
+    assert not cfg.kl_coef or ref is not None, "kl_coef > 0 needs the reference log-probs (ref=)"
     denom = loss_denominator(rows_loss_mask(cfg, rows), mode=agg, max_len=cfg.max_response_tokens)
     policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
     forward = "flat" if use_flat(model, cfg.train_forward) else "model"
@@ -118,6 +128,12 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         loss = reduce_loss(loss_mat, mask, mode=agg, denominator=denom)
         if cfg.entropy_coef:  # the bonus: a token sum over response tokens, over the same denominator
             loss = loss - cfg.entropy_coef * reduce_loss(ent, resp_mask, mode="token-mean", denominator=denom)
+        kl = None
+        if cfg.kl_coef:  # the penalty: over the policy loss's tokens and denominator (padding: x = 0 there)
+            ref_logp = _stack(mb, [ref[row_key(r)] for r in mb], R, 0.0).to(logp.device)
+            ref_logp = torch.where(resp_mask, ref_logp, logp.detach())
+            kl = kl_penalty(logp, ref_logp, estimator=cfg.kl_estimator)  # [n, R]
+            loss = loss + cfg.kl_coef * reduce_loss(kl, mask, mode=agg, denominator=denom)
         if dummy:
             loss = loss * 0.0
         loss.backward()
@@ -129,7 +145,8 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
             records[row_key(r)] = TokenRecord(
                 logp_old=old_logp[i, :L].tolist(), entropy=ent[i, :L].detach().tolist(),
                 ratio=stats["ratio"][i, :L].tolist(), clipped_low=stats["clipped_low"][i, :L].tolist(),
-                clipped_high=stats["clipped_high"][i, :L].tolist(), loss_mask=mask[i, :L].tolist())
+                clipped_high=stats["clipped_high"][i, :L].tolist(), loss_mask=mask[i, :L].tolist(),
+                kl=None if kl is None else kl[i, :L].detach().tolist())
     return MiniBatchResult(total, records)
 
 
@@ -151,8 +168,10 @@ def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
     return {row_key(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
 
 
-def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int) -> UpdateResult:
-    """One rollout batch: ``mini_batches_per_step`` optimizer updates over whole groups."""
+def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
+           ref_model=None) -> UpdateResult:
+    """One rollout batch: ``mini_batches_per_step`` optimizer updates over whole groups. ``ref_model``: the frozen
+    reference policy of the KL penalty (``trainer.policy.load_reference``; needed when ``cfg.kl_coef > 0``)."""
     groups = split_groups(rows)
     per = math.ceil(len(groups) / cfg.mini_batches_per_step)
     minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
@@ -167,11 +186,19 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
             for r in rows:   # a fresh refill group (refill=fresh): its behavior policy is the current one, r = 1
                 if r.behavior_logp is None:
                     r.behavior_logp = old[row_key(r)]
+    ref = None
+    if cfg.kl_coef:  # log pi_ref: one no-grad forward of the frozen reference, laid out as the policy's
+        assert ref_model is not None, "kl_coef > 0 needs ref_model (trainer.policy.load_reference)"
+        ref_lp, _ = score(ref_model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
+                          micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
+                          micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+        ref = {row_key(r): lp.tolist() for r, lp in zip(rows, ref_lp)}
+        reshard(ref_model)   # its gathered root unit is not needed until the next step
     losses, norms, records = [], [], {}
     for mini in minis:
         optimizer.zero_grad(set_to_none=True)
         keep = m2po_keep_masks(cfg, mini, old) if old is not None else None
-        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep)
+        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep, ref=ref)
         norms.append(float(clip_grad_norm(model, cfg.max_grad_norm)))
         optimizer.step()
         losses.append(loss)
@@ -179,6 +206,10 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     scheduler.step()
     loss = all_reduce_values([sum(losses) / len(losses)], d)[0]
     metrics = {"ppo/loss": loss, "ppo/grad_norm": sum(norms) / len(norms), "ppo/lr": scheduler.get_last_lr()[0]}
+    if cfg.kl_coef:  # token-mean over every response token of the batch, all ranks
+        total, count = all_reduce_values([sum(sum(r.kl) for r in records.values()),
+                                          sum(len(r.kl) for r in records.values())], d)
+        metrics["actor/kl"] = total / max(count, 1)
     return UpdateResult(metrics, records)
 
 

@@ -9,13 +9,15 @@ The trainer's update is three calls into this package (see `objectives.py` for t
     D = loss_denominator(mask_of_the_whole_step, mode=..., max_len=...)      # once per optimizer step
     loss_mat, stats = LOSSES[algorithm](TokenBatch(...), **hyperparameters)  # per micro-batch, [N, T]
     loss = reduce_loss(loss_mat, mask, mode=..., denominator=D)
+    # kl_coef > 0: + kl_coef * reduce_loss(kl_penalty(logp, ref_logp, estimator=...), mask, same mode and D)
 
-The building blocks (`clipped_policy_loss`, `luffy_policy_loss`, `m2po_policy_loss`, `m2po_mask`, the seed
-masks) stay importable for analysis and tests.
+The building blocks (`clipped_policy_loss`, `kl_penalty`, `luffy_policy_loss`, `m2po_policy_loss`, `m2po_mask`,
+the seed masks) stay importable for analysis and tests.
 """
 
 from trainer.algos.advantages import ADVANTAGE_SCALES, AdvScale, group_advantages, zero_variance_groups
 from trainer.algos.entropy import logprobs_and_entropy, token_entropy, token_logprobs
+from trainer.algos.kl import KL_ESTIMATORS, KlEstimator, kl_penalty
 from trainer.algos.losses import (
     AGGREGATE_MODES,
     LossAgg,
@@ -45,12 +47,14 @@ from trainer.algos.seeds import (
 __all__ = [
     "ADVANTAGE_SCALES",
     "AGGREGATE_MODES",
+    "KL_ESTIMATORS",
     "LOSSES",
     "SEED_LOSS_VARIANTS",
     "SEED_RULES",
     "STALE_LOSSES",
     "AdvScale",
     "Algorithm",
+    "KlEstimator",
     "LossAgg",
     "SeedLoss",
     "SeedRule",
@@ -60,6 +64,7 @@ __all__ = [
     "clipped_policy_loss",
     "entropy_seed_lengths",
     "group_advantages",
+    "kl_penalty",
     "logprobs_and_entropy",
     "loss_denominator",
     "loss_mask",

@@ -1,0 +1,196 @@
+"""``reward_fn=module:function``: a user's grader in place of the task's (``scoring.rewards``, config ``reward_fn``).
+
+* It runs where the built-in graders run, in grading worker processes with a hard per-response limit: a call that
+  raises is that row's ``grader_error``, one that hangs its ``timeout``, a return value that is not a verdict a
+  ``grader_error`` naming it; counted, never a crash of the run.
+* A bad spec (no colon, a module that does not import, a missing attribute, one that is not callable) is one line
+  naming ``reward_fn``, exit 2, before any model is built.
+* A tiny run's rewards are what the function returns for the responses the run wrote.
+
+The user module is written to a temporary folder put on the Python path, as a user's file in the working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contracts.records import read_rollouts
+from scoring.rewards import grade_custom_batch, grade_task_batch, reward_of
+from scoring.verdict import GRADER_ERROR
+from trainer.config import ConfigError, load_config
+from trainer.preflight import check_reward
+from trainer.train import main
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE = "r9_user_rewards"
+SOURCE = '''
+import time
+
+from scoring.verdict import Verdict
+
+NOT_CALLABLE = 3
+
+
+def parity(response, example):
+    """Correct when the response's character codes sum to an even number: about half of a fresh model's."""
+    return sum(map(ord, response)) % 2 == 0
+
+
+def flaky(response, example):
+    if response == "raise":
+        raise RuntimeError("boom")
+    if response == "hang":
+        time.sleep(60)
+    if response == "half":
+        return 0.5
+    if response == "verdict":
+        return Verdict(False, "no_answer", None, "mine")
+    if response == "one":
+        return 1
+    return example["want"] in response
+
+
+def picky(response, example):
+    """Grades the task's own solution (the launch check's call) and raises on anything else."""
+    if response == example["solution"]:
+        return True
+    raise ValueError("cannot grade " + repr(response))
+'''
+BROKEN = "raise ImportError('a dependency of the user module is missing')\n"
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("user")
+    (folder / f"{MODULE}.py").write_text(SOURCE)
+    (folder / "r9_broken_rewards.py").write_text(BROKEN)
+    return folder
+
+
+@pytest.fixture
+def on_path(user_dir, monkeypatch) -> Path:
+    monkeypatch.syspath_prepend(str(user_dir))
+    return user_dir
+
+
+def tiny(out: Path, **extra) -> list[str]:
+    base = {"output_dir": str(out), "run_name": "run", "model": "tiny:1m", "task": "addition",
+            "task_kwargs": json.dumps({"min_digits": 1, "max_digits": 1}), "num_train_examples": 64,
+            "prompts_per_step": 4, "samples_per_prompt": 4, "max_response_tokens": 6, "lr": 1e-3,
+            "total_steps": 3, "save_every": 0, "progress": False}
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+# ------------------------------------------------------------------------------------------- grading workers
+@pytest.mark.slow   # a worker pool, one response that hangs past its 1 s limit
+def test_a_function_that_raises_hangs_or_returns_no_verdict_is_ungraded_never_a_crash(on_path):
+    spec = f"{MODULE}:flaky"
+    responses = ["xyz", "abc", "raise", "hang", "half", "verdict", "one"]
+    got = grade_custom_batch(spec, responses, [{"want": "x"}] * len(responses), timeout_s=1.0)
+    assert [v.verdict for v in got] == ["pass", "wrong_answer", GRADER_ERROR, "timeout", GRADER_ERROR, "no_answer",
+                                        "pass"]
+    assert "RuntimeError: boom" in got[2].detail
+    assert got[3].detail == "exceeded 1 s"
+    assert f"reward_fn '{spec}' returned float 0.5: return a bool (or 0/1) or a scoring.verdict.Verdict" in \
+        got[4].detail
+    assert got[5].detail == "mine"   # a Verdict is the function's own, as returned
+    assert [reward_of(v) for v in got] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    # the trainer's entry point routes to it whatever the task
+    routed = grade_task_batch("countdown", ["x", "y"], [{"want": "x"}] * 2, reward_fn=spec)
+    assert [v.verdict for v in routed] == ["pass", "wrong_answer"]
+
+
+# ------------------------------------------------------------------------------------------------ bad specs
+@pytest.mark.parametrize("value, spec", [("parity", "parity"), (":parity", ":parity"), (f"'{MODULE}:'", f"{MODULE}:"),
+                                         (f"{MODULE}.parity", f"{MODULE}.parity")])
+def test_a_spec_that_is_not_module_colon_function_is_a_config_error(value, spec):
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, [f"reward_fn={value}"])   # (unquoted, `mod:` alone is YAML for a mapping: a type error)
+    assert str(exc.value) == (f"reward_fn='{spec}' is not module:function (e.g. reward_fn=my_rewards:score for def "
+                              f"score(response, example) in my_rewards.py on the Python path); leave it empty for "
+                              f"the task's own grader")
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("r9_no_such_module:parity", "reward_fn='r9_no_such_module:parity': no module 'r9_no_such_module' on the Python "
+                                 "path (the working directory and PYTHONPATH)"),
+    (f"{MODULE}:missing", f"reward_fn='{MODULE}:missing': module '{MODULE}' ("),
+    (f"{MODULE}:NOT_CALLABLE", f"reward_fn='{MODULE}:NOT_CALLABLE': '{MODULE}.NOT_CALLABLE' is not callable (it is "
+                               f"of type int)"),
+    ("r9_broken_rewards:score", "reward_fn='r9_broken_rewards:score': importing 'r9_broken_rewards' raised "
+                                "ImportError: a dependency of the user module is missing"),
+], ids=["no-module", "no-attribute", "not-callable", "import-raises"])
+def test_the_launch_check_names_reward_fn_for_a_spec_that_names_no_function(on_path, spec, expected):
+    check = check_reward(load_config(None, [f"reward_fn={spec}"]))
+    assert (check.name, check.status) == ("reward", "fail")
+    assert check.detail.startswith(expected), check.detail
+    assert "\n" not in check.detail
+    if "missing" in spec:
+        assert check.detail.endswith(f"({on_path / (MODULE + '.py')}) has no attribute 'missing'")
+
+
+def _launch(args: list[str], user_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{user_dir}", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "trainer.train", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.slow   # a launch in a subprocess each
+@pytest.mark.parametrize("spec, expected", [
+    ("parity", "config error: reward_fn='parity' is not module:function"),
+    ("r9_no_such_module:parity", "error: reward: reward_fn='r9_no_such_module:parity': no module 'r9_no_such_module'"),
+    (f"{MODULE}:missing", f"error: reward: reward_fn='{MODULE}:missing': module '{MODULE}' ("),
+    (f"{MODULE}:NOT_CALLABLE", f"error: reward: reward_fn='{MODULE}:NOT_CALLABLE': '{MODULE}.NOT_CALLABLE' is not "
+                               f"callable"),
+], ids=["no-colon", "no-module", "no-attribute", "not-callable"])
+def test_a_launch_with_a_bad_spec_is_one_line_exit_2_and_nothing_written(tmp_path, user_dir, spec, expected):
+    out = tmp_path / "runs"
+    res = _launch(tiny(out, reward_fn=spec), user_dir, cwd=tmp_path)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith(expected), res.stderr
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ tiny runs
+@pytest.mark.slow   # three training steps
+def test_a_runs_rewards_are_what_the_function_returns_for_the_responses_it_wrote(tmp_path, on_path, capsys):
+    assert main(["--dry-run", *tiny(tmp_path / "runs", reward_fn=f"{MODULE}:parity")]) == 0
+    err = capsys.readouterr().err
+    assert (f"OK   reward: reward_fn={MODULE}:parity grades in grading workers, at most 10 s per response; the "
+            f"'addition' task's first example (its solution) is ") in err
+    assert main(tiny(tmp_path / "runs", reward_fn=f"{MODULE}:parity")) == 0
+    run = tmp_path / "runs" / "run"
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rollouts(run).to_pylist()
+    assert [m["step"] for m in metrics] == [0, 1, 2] and len(rows) >= 3 * 16
+    import r9_user_rewards as user
+    for r in rows:
+        ok = user.parity(r["response_text"], None)
+        assert (r["reward"], r["correct"], r["verdict"]) == (float(ok), ok, "pass" if ok else "wrong_answer")
+    for m in metrics:
+        step = [r["reward"] for r in rows if r["step"] == m["step"]]
+        assert m["reward/mean"] == pytest.approx(sum(step) / len(step), abs=1e-6)
+        assert m["reward/correct_frac"] == pytest.approx(sum(step) / len(step), abs=1e-12)
+        assert m["reward/ungraded"] == 0
+    assert 0.2 < sum(r["reward"] for r in rows) / len(rows) < 0.8   # both verdicts occur: groups carry signal
+
+
+@pytest.mark.slow   # one training step
+def test_a_function_that_raises_on_every_response_is_counted_and_the_run_goes_on(tmp_path, on_path):
+    """The launch check's call grades the task's solution; every sampled response then raises: every row is a
+    grader_error, counted, its group left out, no update, exit 0."""
+    assert main(tiny(tmp_path / "runs", reward_fn=f"{MODULE}:picky", total_steps=1, max_sampling_rounds=1)) == 0
+    run = tmp_path / "runs" / "run"
+    [m] = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rollouts(run).to_pylist()
+    assert len(rows) == 16 and {r["verdict"] for r in rows} == {GRADER_ERROR}
+    assert m["reward/ungraded"] == 16 and m["sampling/groups_ungraded"] == 4 and m["sampling/skipped_update"] == 1
+    assert "ppo/loss" not in m
