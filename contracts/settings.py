@@ -54,12 +54,13 @@ def check_settings(have: Mapping, want: Mapping, keys: Iterable[str] | None = No
 
 
 def claim_folder(folder: str | os.PathLike, marker: str, settings: Mapping, *, owner: str, fix: str,
-                 keys: Iterable[str] | None = None) -> bool:
+                 keys: Iterable[str] | None = None, defaults: Mapping | None = None) -> bool:
     """Make ``folder`` this writer's: create it with ``marker`` (JSON of ``settings``) or check the marker it has.
 
     Returns True when the folder was claimed now, False when it was already this writer's with the same settings.
     SettingsMismatch when the marker records other settings, or when the folder holds files but no marker (it was
-    not written by ``owner``, and nothing in it is touched)."""
+    not written by ``owner``, and nothing in it is touched). ``defaults``: what a key missing from an existing
+    marker stands for (``settings_diff``; a field the writer began recording after the folder was written)."""
     folder = Path(folder)
     path = folder / marker
     if path.is_file():
@@ -67,7 +68,7 @@ def claim_folder(folder: str | os.PathLike, marker: str, settings: Mapping, *, o
             have = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise SettingsMismatch(f"{path}: not valid JSON ({exc.msg}); delete the folder or choose another") from None
-        check_settings(have, settings, keys, where=f"'{folder}'", fix=fix)
+        check_settings(have, settings, keys, where=f"'{folder}'", fix=fix, defaults=defaults)
         return False
     if folder.is_dir() and any(folder.iterdir()):
         raise SettingsMismatch(f"'{folder}' is not empty and was not written by {owner} (no {marker}); "

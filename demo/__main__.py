@@ -23,13 +23,15 @@ import sys
 
 import torch
 
+from contracts.commands import EXIT_CODES_HELP, run_command
 from demo.pipeline import BUDGETS, DemoError, auto_threads, run_demo
 from demo.premise import main as premise_main
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1] + "\n" + EXIT_CODES_HELP)
     p.add_argument("--quick", action="store_true", help="toy size (about 3 minutes on 2 cores; more on slower ones); default output runs/demo-quick")
     p.add_argument("--out", default=None, help="output folder (default runs/demo, or runs/demo-quick with --quick)")
     p.add_argument("--seeds", type=int, default=1,
@@ -56,13 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     threads, why = (args.threads, "--threads") if args.threads else auto_threads()
     torch.set_num_threads(threads)
     print(f"torch threads: {threads} ({why})", flush=True)
-    try:
+
+    def body() -> int:
         result = run_demo(budget, out, seeds=args.seeds, fresh=args.fresh, progress=args.progress)
-    except DemoError as e:
-        print(f"demo: error: {e}", file=sys.stderr)
-        return 2
-    print(f"\ndemo ({budget.name}) finished; everything is under {out}/ (summary: {result['paths']['summary'][0]})")
-    return 0
+        print(f"\ndemo ({budget.name}) finished; everything is under {out}/ (summary: {result['paths']['summary'][0]})")
+        return 0
+
+    # contracts.commands: a DemoError (bad input, a folder of other settings) one line, exit 2; any other failure
+    # one line, exit 1; Ctrl-C 130, SIGTERM 143: finished stages are kept and the same command skips them
+    return run_command(body, input_errors=(DemoError,), resume=lambda: _resume(out), kept=lambda: _resume(out))
+
+
+def _resume(out: str) -> str:
+    return f"finished stages are kept in {out}/ and the same command resumes after them"
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import torch
 
+from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import summarize
 from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads,
@@ -246,7 +247,8 @@ def render(out: Path, budget: Budget, seeds: int, *, command: str, code_out: Pat
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m demo.miniature", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1] + "\n" + EXIT_CODES_HELP)
     p.add_argument("--seeds", type=int, default=3, help="training seeds per method (default 3)")
     p.add_argument("--out", default="runs/miniature", help="runs, eval results (default runs/miniature)")
     p.add_argument("--doc", default=str(REPO / "docs" / "miniature.md"), help="the page to write")
@@ -266,27 +268,29 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     command = "python -m demo.miniature --seeds {}{}".format(
         args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}")
-    if not args.write_only:
-        threads, why = (args.threads, "--threads") if args.threads else auto_threads()
-        torch.set_num_threads(max(1, threads))
-        print(f"torch threads: {threads} ({why})", flush=True)
-        try:
+
+    def body() -> int:
+        if not args.write_only:
+            threads, why = (args.threads, "--threads") if args.threads else auto_threads()
+            torch.set_num_threads(max(1, threads))
+            print(f"torch threads: {threads} ({why})", flush=True)
             if "addition" in tables:
                 sweep(out, FULL, args.seeds, fresh=args.fresh)
             if "minicode" in tables:
                 sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_METHODS)
-        except DemoError as e:
-            print(f"demo.miniature: error: {e}", file=sys.stderr)
-            return 2
-    page = render(out, FULL, args.seeds, command=command, code_out=code_dir(out))
-    doc = Path(args.doc)
-    old = doc.read_text() if doc.is_file() else ""
-    if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
-        page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
-    atomic_write_text(doc, page)
-    print(page)
-    print(f"wrote {args.doc}")
-    return 0
+        page = render(out, FULL, args.seeds, command=command, code_out=code_dir(out))
+        doc = Path(args.doc)
+        old = doc.read_text() if doc.is_file() else ""
+        if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
+            page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
+        atomic_write_text(doc, page)
+        print(page)
+        print(f"wrote {args.doc}")
+        return 0
+
+    # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143
+    resume = f"finished runs and scores are kept in {out}/ and the same command resumes after them"
+    return run_command(body, input_errors=(DemoError,), resume=lambda: resume, kept=lambda: resume)
 
 
 if __name__ == "__main__":

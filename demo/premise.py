@@ -49,6 +49,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 
+from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json
 from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid
@@ -360,7 +361,7 @@ def _add_stage(out: Path, name: str, entry: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m demo.premise", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+                                epilog=__doc__.split("\n\n", 1)[1] + "\n" + EXIT_CODES_HELP)
     p.add_argument("--budget", choices=sorted(BUDGETS), default="premise",
                    help="premise (the documented regime, ~30 minutes on 2 cores) or toy (seconds; the tests)")
     p.add_argument("--out", default=None, help="output folder (default runs/premise, runs/premise-toy with --budget toy)")
@@ -379,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         b = replace(b, seeds=args.seeds)
     out = Path(args.out or ("runs/premise" if args.budget == "premise" else "runs/premise-toy"))
     doc = args.doc or (str(REPO / "docs" / "premise.md") if args.budget == "premise" else None)
-    try:
+
+    def body() -> int:
         if args.write_only:
             analyse(out, b, log=print)
             draw(out, log=print)
@@ -390,10 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)
         run_premise(b, out, fresh=args.fresh, doc=doc)
-    except DemoError as e:
-        print(f"demo.premise: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143
+    resume = f"finished stages are kept in {out}/ and the same command resumes after them"
+    return run_command(body, input_errors=(DemoError,), resume=lambda: resume, kept=lambda: resume)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from contracts.commands import EXIT_CODES_HELP, points, pct, run_command
 from eval.benchmarks.base import UNGRADED_VERDICTS
 from eval.lm_eval_bridge import LM_EVAL_FILE
 from eval.metrics import compare, counts, summarize
@@ -161,7 +162,7 @@ def _order(bench: str) -> tuple:
 
 
 def _pct(x) -> str:
-    return "" if x is None else f"{100 * x:.1f}"
+    return "" if x is None else pct(x, unit="")   # the headers say %
 
 
 def render_markdown(board: dict) -> str:
@@ -204,8 +205,8 @@ def render_markdown(board: dict) -> str:
         lines += ["", f"## paired bootstrap vs {board['baseline']} (avg@n difference, % points, 95% CI, p)", "",
                   "| model | benchmark | shared P | diff | CI | p |", "|---|---|---|---|---|---|"]
         for p in board["paired"]:
-            lines.append(f"| {p['model']} | {p['benchmark']} | {p['problems']} | {100 * p['diff']:+.1f} | "
-                         f"[{100 * p['low']:+.1f}, {100 * p['high']:+.1f}] | {p['p_value']:.3f} |")
+            lines.append(f"| {p['model']} | {p['benchmark']} | {p['problems']} | {points(p['diff'])} | "
+                         f"[{points(p['low'])}, {points(p['high'])}] | {p['p_value']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -229,21 +230,24 @@ def write_leaderboard(board: dict, root: str | os.PathLike) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n\n")[0])
+    """The command line (``contracts.commands``): 0; 2 with one line for a root that is not a results folder or an
+    unknown ``--baseline``; 1 with one line for a failure while reading or writing."""
+    p = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n\n")[0],
+                                epilog=EXIT_CODES_HELP)
     p.add_argument("root", nargs="?", default="results/eval", help="results root (default results/eval)")
     p.add_argument("--baseline", default=None, help="model the paired comparisons are against (default: first)")
     args = p.parse_args(argv)
-    try:
+
+    def body() -> int:
         if not Path(args.root).is_dir():
             raise ValueError(f"{args.root} is not a directory of eval results (python -m eval.run writes them)")
-        board = build_leaderboard(args.root, baseline=args.baseline)
-    except ValueError as e:   # exit 2 with one line, as eval.run's input errors
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    for why in board["skipped"]:
-        print(f"warning: {why}", file=sys.stderr, flush=True)
-    print(write_leaderboard(board, args.root))
-    return 0
+        board = build_leaderboard(args.root, baseline=args.baseline)   # ValueError: an unknown --baseline
+        for why in board["skipped"]:
+            print(f"warning: {why}", file=sys.stderr, flush=True)
+        print(write_leaderboard(board, args.root))
+        return 0
+
+    return run_command(body, input_errors=(ValueError,), resume=lambda: "the same command rebuilds the leaderboard")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.commands import pct
 from eval.benchmarks.base import Benchmark
 from eval.leaderboard import graded_rows
 from eval.metrics import counts, summarize
@@ -45,16 +46,16 @@ def file_report(name: str, bench: Benchmark, path: Path, *, timeouts: int,
 
 
 def format_report(report: dict) -> str:
-    """One report as the line ``python -m eval.run`` prints:
-    ``<benchmark>: avg@n = A [lo, hi] over P problems`` (+ math: timeouts and the grader disagreement)."""
+    """One report as the line ``python -m eval.run`` prints, rates in percent (``contracts.commands.pct``):
+    ``<benchmark>: avg@n A% [lo, hi] over P problems`` (+ math: timeouts and the grader disagreement)."""
     r = report
     lo, hi = r["avg_ci"]
-    msg = (f"{r['benchmark']}: avg@{r['n_min'] if r['n_min'] == r['n_max'] else 'n'} = {r['avg']:.4f} "
-           f"[{lo:.4f}, {hi:.4f}] over {r['problems']} problems")
+    msg = (f"{r['benchmark']}: avg@{r['n_min'] if r['n_min'] == r['n_max'] else 'n'} {pct(r['avg'])} "
+           f"[{pct(lo, unit='')}, {pct(hi, unit='')}] over {r['problems']} problems")
     if r["grading_timeouts"] is not None:
         msg += f"; grading timeouts this run: {r['grading_timeouts']}"
     if r["disagreement_rate"] is not None:
-        msg += (f"; math-verify vs Qwen-style disagreement {r['disagreement_rate']:.2%} "
+        msg += (f"; math-verify vs Qwen-style disagreement {pct(r['disagreement_rate'])} "
                 f"({r['disagreements']} samples)")
     if r.get("ungraded"):
         msg += (f"; NOT GRADED: {r['ungraded']} samples (grader errors / grader timeouts; excluded from the score"

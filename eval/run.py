@@ -38,7 +38,11 @@ and the leaderboard, excluded from every score, and graded again by the next run
 remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless ``--allow-ungraded``.
 Bad input (a config value, a malformed file, an unknown id, a missing, damaged or wrong model folder, an --out that
 is a file, no problems to score, an unknown --baseline or lm-eval task) ends the command with one line naming the
-field or the file and line, exit status 2, before any model loads and before anything is written.
+field or the file and line, exit status 2, before any model loads and before anything is written. A failure inside
+the run is one line too, exit 1 (``THINKING_SEEDS_DEBUG=1`` prints its traceback); Ctrl-C exits 130 and SIGTERM
+143, each with one line: the files keep every chunk written, and the same command resumes from them
+(``contracts.commands``, the grammar every command shares). The report lines give rates as percentages
+(``aime24: avg@32 43.1% [38.2, 48.0] over 30 problems``); the files keep fractions.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
 from eval.benchmarks import get_benchmark
 from eval.benchmarks.base import Benchmark, Problem
@@ -74,7 +79,7 @@ __all__ = ["EXIT_INPUT_ERROR", "EXIT_UNGRADED", "run_eval", "evaluate_samples", 
 
 Log = Callable[[str], None]
 
-EXIT_INPUT_ERROR = 2   # usage, config or input error: one line, no traceback, nothing written
+EXIT_INPUT_ERROR = EXIT_USAGE   # usage, config or input error: one line, no traceback, nothing written
 EXIT_UNGRADED = 3      # everything ran, but some samples could not be graded (see --allow-ungraded)
 
 
@@ -340,7 +345,9 @@ settings, each layer overriding the one before:
   Presets: eval/configs/.
 
 exit status: 0; 2 for a usage, config or input error (one line naming the field or the file; nothing written);
-3 when some samples could not be graded and --allow-ungraded was not given (the leaderboard is not written)."""
+3 when some samples could not be graded and --allow-ungraded was not given (the leaderboard is not written);
+1 a failure inside the run (one line; THINKING_SEEDS_DEBUG=1 prints the traceback); 130 Ctrl-C, 143 SIGTERM
+(one line: the results written so far stay, the same command resumes from them)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -361,24 +368,43 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line over ``run_eval``: exit 0; 2 with one line for a usage, config or input error (nothing
-    written); 3 when some samples could not be graded and ``--allow-ungraded`` was not given (the leaderboard is
-    not written)."""
-    try:
-        cfg = parse_config(argv)
-        result = run_eval(cfg)
-    except (ConfigError, EvalInputError) as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        raise _CommandError(f"error: {e}") from None
-    if result["ungraded"] and not cfg.allow_ungraded:
-        print(f"error: {result['ungraded']} samples could not be graded (grader errors or grader timeouts; see the "
-              f"'NOT GRADED' lines above and the grader_error/timeout verdicts in the result files). The leaderboard "
-              f"was not written. Fix the grader and run the same command again (it grades them again), or pass "
-              f"--allow-ungraded to write the leaderboard without them.", file=sys.stderr, flush=True)
-        return EXIT_UNGRADED
-    if result["leaderboard_md"] is not None:
-        print(result["leaderboard_md"])
-    return 0
+    """The command line over ``run_eval`` (``contracts.commands``): exit 0; 2 with one line for a usage, config or
+    input error (nothing written; raised as SystemExit(2), still a ValueError for callers that catch those); 3 when
+    some samples could not be graded and ``--allow-ungraded`` was not given (the leaderboard is not written); 1 with
+    one line for a failure inside the run; 130 on Ctrl-C and 143 on SIGTERM, with where the same command resumes."""
+    state: dict = {}
+
+    def body() -> int:
+        try:
+            cfg = state["cfg"] = parse_config(argv)
+            result = run_eval(cfg)
+        except (ConfigError, EvalInputError) as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise _CommandError(f"error: {e}") from None
+        if result["ungraded"] and not cfg.allow_ungraded:
+            print(f"error: {result['ungraded']} samples could not be graded (grader errors or grader timeouts; see "
+                  f"the 'NOT GRADED' lines above and the grader_error/timeout verdicts in the result files). The "
+                  f"leaderboard was not written. Fix the grader and run the same command again (it grades them "
+                  f"again), or pass --allow-ungraded to write the leaderboard without them.", file=sys.stderr,
+                  flush=True)
+            return EXIT_UNGRADED
+        if result["leaderboard_md"] is not None:
+            print(result["leaderboard_md"])
+        return 0
+
+    def resume() -> str:
+        cfg = state.get("cfg")
+        if cfg is None:
+            return "nothing was written"
+        return (f"the results written so far are under {cfg.out}; the same command resumes there (problems "
+                f"already in a results file are skipped)")
+
+    def kept() -> str | None:
+        cfg = state.get("cfg")
+        return None if cfg is None else f"the results written so far are kept under {cfg.out} and the same command " \
+                                        f"resumes there"
+
+    return run_command(body, resume=resume, kept=kept)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def test_relay_names_a_damaged_early_checkpoint_and_claims_no_folder(tiny, tmp_p
     rc = tsanalysis_main(["relay", "--early", str(ckpt), "--final", str(tiny), "--benchmark", "addition", "--n", "2",
                           "--out", str(out)])
     line = _one_line(capsys.readouterr().err)
-    assert rc == 2 and line.startswith(f"tsanalysis relay: error: --early {ckpt}: {ckpt}"), line
+    assert rc == 2 and line.startswith(f"error: --early {ckpt}: {ckpt}"), line
     assert DAMAGE[how] in line
     assert not out.exists()   # no folder holding only relay_settings.json
 
@@ -143,7 +143,7 @@ def test_relay_names_a_run_folder_and_its_newest_checkpoint(tiny, tmp_path, no_m
                           "--out", "o"])
     assert rc == 2
     assert _one_line(capsys.readouterr().err) == (
-        "tsanalysis relay: error: --early runs/tiny: runs/tiny is a training run folder (config.yaml, checkpoints/), "
+        "error: --early runs/tiny: runs/tiny is a training run folder (config.yaml, checkpoints/), "
         "not a checkpoint; give one of its checkpoints instead, e.g. the newest: runs/tiny/checkpoints/step_000030")
     assert not (tmp_path / "o").exists()
 
@@ -183,7 +183,7 @@ def test_sampling_values_are_refused_before_any_model_loads(tiny, tmp_path, flag
     rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmark", "addition", flag, value,
                           "--out", str(tmp_path / "r")])
     line = _one_line(capsys.readouterr().err)
-    assert rc == 2 and line == f"tsanalysis relay: error: {phrase}, got {float(value)}" + (
+    assert rc == 2 and line == f"error: {phrase}, got {float(value)}" + (
         " (0 is greedy)" if flag == "--temperature" else "")
     assert not (tmp_path / "e").exists() and not (tmp_path / "r").exists()
 
@@ -197,7 +197,7 @@ def test_an_out_path_that_is_a_file_is_refused(tiny, tmp_path, no_model_loads, c
     rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmark", "addition",
                           "--out", str(f)])
     assert rc == 2 and _one_line(capsys.readouterr().err) == (
-        f"tsanalysis relay: error: --out {f} is a file, not a folder; choose another --out")
+        f"error: --out {f} is a file, not a folder; choose another --out")
     # a file where a model's results folder goes
     out = tmp_path / "out"
     out.mkdir()
@@ -227,12 +227,12 @@ def test_nothing_to_score_is_an_error_not_an_empty_leaderboard(tiny, tmp_path, n
     assert not out.exists()
     rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmark", "addition",
                           "--problems", str(empty), "--out", str(out)])
-    assert rc == 2 and _one_line(capsys.readouterr().err) == f"tsanalysis relay: error: no problems loaded from {empty}"
+    assert rc == 2 and _one_line(capsys.readouterr().err) == f"error: no problems loaded from {empty}"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prompt": "1+2\\n", "answer": "3"}\n{broken\n')
     rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmark", "addition",
                           "--problems", str(bad), "--out", str(out)])
-    assert rc == 2 and f"tsanalysis relay: error: addition: {bad}:2: malformed JSON" in _one_line(
+    assert rc == 2 and f"error: addition: {bad}:2: malformed JSON" in _one_line(
         capsys.readouterr().err)
     assert not out.exists()
 

@@ -311,7 +311,8 @@ def test_math_loader_sources(tmp_path, monkeypatch):
     monkeypatch.delenv("THINKING_SEEDS_DATA")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(RuntimeError, match="Pass --problems FILE"):
+    with pytest.raises(RuntimeError, match=r"put the problems at \$THINKING_SEEDS_DATA/math/amc23/test\.jsonl .*"
+                                           r"or pass --problems FILE"):
         get_benchmark("amc23").load()
 
 

@@ -250,8 +250,8 @@ def test_disagreements_file_and_rate(samples_file, tmp_path, capsys):
     assert [tuple(d[k] for k in keys) for d in dis] == DISAGREEMENTS
     assert [d["response"] for d in dis] == [EXTRA[3], EXTRA[5], EXTRA[8]]
     out = capsys.readouterr().out
-    assert "math500: avg@n = 0.3250 [" in out and "over 10 problems; grading timeouts this run: 0" in out
-    assert "math-verify vs Qwen-style disagreement 8.82% (3 samples)" in out          # 3 / 34
+    assert "math500: avg@n 32.5% [" in out and "over 10 problems; grading timeouts this run: 0" in out
+    assert "math-verify vs Qwen-style disagreement 8.8% (3 samples)" in out          # 3 / 34 = 8.82 %
     # a rerun rewrites the file from the sample file: the same rows, not appended twice
     assert _grade(samples_file, tmp_path) == 0
     assert read_samples(tmp_path / "ref" / "math500.disagreements.jsonl") == dis

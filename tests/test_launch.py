@@ -44,7 +44,7 @@ def _refused(capsys, argv: list[str], *expected: str) -> str:
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.strip()]
     assert rc == 2, err
-    assert lines and all(x.startswith(("error", "config error")) for x in lines), err
+    assert lines and all(x.startswith("error") for x in lines), err
     assert "Traceback" not in err
     for text in expected:
         assert text in err, err
@@ -104,7 +104,7 @@ def test_a_read_only_output_dir_is_refused(tmp_path, capsys):
     ("max_grad_norm=0", "max_grad_norm must be > 0"),
 ])
 def test_settings_that_cannot_run_are_config_errors(tmp_path, capsys, override, expected):
-    _refused(capsys, [*tiny(tmp_path / "runs"), override], "config error: ", expected)
+    _refused(capsys, [*tiny(tmp_path / "runs"), override], "error: config: ", expected)
     assert not (tmp_path / "runs").exists()
 
 
@@ -244,4 +244,27 @@ def test_help_lists_every_config_field_with_its_default_and_comment(capsys):
     assert {f.name for f in dataclasses.fields(Config)} <= listed
     assert "  lr=1e-06" in out
     assert "  resume_with_changes=False  resume even where training settings differ" in out
-    assert "130 Ctrl-C; 143 SIGTERM" in out
+    assert "130 Ctrl-C, 143 SIGTERM" in out and "2 bad input" in out   # contracts.commands.EXIT_CODES_HELP
+
+
+def test_a_failure_inside_the_run_is_one_line_exit_1_and_the_traceback_on_request(tmp_path, capsys, monkeypatch):
+    # the convention of every command (contracts.commands): not bad input, so exit 1, one line with the type, what
+    # is kept and how to resume; THINKING_SEEDS_DEBUG=1 prints the traceback too
+    import trainer.train as tt
+
+    def broken(cfg, d):
+        raise RuntimeError("CUDA error: an illegal memory access\nwas encountered")
+
+    monkeypatch.setattr(tt, "train", broken)
+    argv = tiny(tmp_path / "runs")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: RuntimeError: CUDA error: an illegal memory access was encountered; "
+                               "checkpoints so far kept;"), lines[0]
+    assert "THINKING_SEEDS_DEBUG=1" in lines[0]
+    monkeypatch.setenv("THINKING_SEEDS_DEBUG", "1")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: RuntimeError:")

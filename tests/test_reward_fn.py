@@ -144,7 +144,7 @@ def _launch(args: list[str], user_dir: Path, cwd: Path) -> subprocess.CompletedP
 
 @pytest.mark.slow   # a launch in a subprocess each
 @pytest.mark.parametrize("spec, expected", [
-    ("parity", "config error: reward_fn='parity' is not module:function"),
+    ("parity", "error: config: reward_fn='parity' is not module:function"),
     ("r9_no_such_module:parity", "error: reward: reward_fn='r9_no_such_module:parity': no module 'r9_no_such_module'"),
     (f"{MODULE}:missing", f"error: reward: reward_fn='{MODULE}:missing': module '{MODULE}' ("),
     (f"{MODULE}:NOT_CALLABLE", f"error: reward: reward_fn='{MODULE}:NOT_CALLABLE': '{MODULE}.NOT_CALLABLE' is not "

@@ -183,7 +183,7 @@ def test_mismatched_tokenizers_are_refused_before_loading_models(ckpts, tmp_path
                "--out", str(tmp_path / "o")])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "tsanalysis relay: error: " in err and "different tokenizers" in err and "vocabulary sizes 100 vs 101" in err
+    assert "error: " in err and "different tokenizers" in err and "vocabulary sizes 100 vs 101" in err
 
 
 def test_cli_relay_on_the_benchmark_split_writes_tables(ckpts, tmp_path, capsys):
@@ -221,7 +221,7 @@ def test_cli_relay_with_a_problems_file(ckpts, problems, tmp_path):
 def test_usage_errors_exit_2_before_any_model_loads(ckpts, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
     base = ["relay", "--early", str(ckpts[0]), "--final", str(ckpts[1]), "--n", "2", "--out", str(tmp_path / "o")]
-    for extra, msg in (([], "relay needs --benchmark NAME"),
+    for extra, msg in (([], "relay needs --benchmarks NAME"),
                        (["--benchmark", "nope"], "unknown benchmark 'nope'"),
                        (["--benchmark", "addition", "--cut", "1.5"], "--cut must lie in [0, 1], got 1.5"),
                        (["--benchmark", "addition", "--problems", str(tmp_path / "missing.jsonl")], "does not exist")):

@@ -14,11 +14,12 @@ import signal
 import threading
 from pathlib import Path
 
+from contracts.commands import EXIT_INTERRUPTED, EXIT_TERMINATED
 from trainer.checkpoint import list_checkpoints
 from trainer.fsdp import Dist, all_gather_objects
 
-INTERRUPTED_EXIT = 130   # 128 + SIGINT, the shell's code for a Ctrl-C
-PREEMPTED_EXIT = 143     # 128 + SIGTERM: the run stopped early, with a resume point
+INTERRUPTED_EXIT = EXIT_INTERRUPTED   # 130, 128 + SIGINT: every command's code for a Ctrl-C (contracts.commands)
+PREEMPTED_EXIT = EXIT_TERMINATED      # 143, 128 + SIGTERM: the run stopped early, with a resume point
 
 
 class Preempted(Exception):

@@ -46,11 +46,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
 from transformers.utils import logging as hf_logging
 
+from contracts.commands import EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, debug, failure_line
 from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.records import rollout_path, write_rollouts
@@ -222,8 +224,8 @@ def launch(argv: list[str] | None = None) -> int:
         prog="python -m trainer.train", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="config fields (set in the YAML preset or as key=value; defaults shown):\n\n" + field_help(Config)
-               + "\n\nexit codes: 0 done; 2 bad input (config, data, model, output folder, a changed resume), "
-                 "nothing written; 130 Ctrl-C; 143 SIGTERM (resume point saved); 1 a failure inside the run")
+               + "\n\n" + EXIT_CODES_HELP + "\n(bad input here: config, data, model, output folder, a changed "
+                 "resume; SIGTERM saves a resume point first)")
     p.add_argument("--config", help="YAML preset (trainer/configs/*.yaml)")
     p.add_argument("--dry-run", action="store_true", help="validate config and data, build nothing")
     p.add_argument("overrides", nargs="*", help="key=value overrides of config fields")
@@ -233,8 +235,8 @@ def launch(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         validate(cfg, world_size=world_size)
     except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        print(f"error: config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     main_rank = os.environ.get("RANK", "0") == "0"
     if main_rank:
         for warning in learning_warnings(cfg):   # valid, but the run would learn nothing: said once
@@ -264,6 +266,12 @@ def launch(argv: list[str] | None = None) -> int:
         if d.is_main:
             print(f"{exc}, resume point saved: {resume_hint(cfg.run_dir)}", file=sys.stderr)
         return PREEMPTED_EXIT
+    except Exception as exc:   # a failure inside the run: one line per rank (the traceback on request)
+        if debug():
+            traceback.print_exc()
+        kept = f"checkpoints so far kept; {resume_hint(cfg.run_dir)}"
+        print(failure_line(exc, kept=kept).replace("error:", f"error{where}:", 1), file=sys.stderr)
+        return EXIT_FAILURE
     finally:
         shutdown(d)
     if d.is_main:

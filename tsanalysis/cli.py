@@ -6,14 +6,19 @@
     tsanalysis zero-adv   --p 0.1,0.5 --G 8 [--simulate N] [--seed S] [--seed-probs 0.1,0.9] [--out DIR]
     tsanalysis mismatch   RUN_DIR [--steps a:b] [--bins 10] [--width 64] [--thresholds 0.01,0.1,1]
                           [--relative-to seed|response] [--out DIR]
-    tsanalysis relay      --early CKPT_A --final CKPT_B --benchmark NAME [--problems FILE] [--n 64] [--cut 0.5]
+    tsanalysis relay      --early CKPT_A --final CKPT_B --benchmarks NAME [--problems FILE] [--n 64] [--cut 0.5]
                           [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
 
-Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json).
+Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json); the
+relay's pass@k and the truncation shares print as percentages, the files keep fractions. ``--benchmarks`` is
+eval.run's flag (one name here: a relay folder holds one benchmark); ``--benchmark`` still works, the old spelling.
 This module is only the command line: the analyses are ``tsanalysis.tables`` (functions returning DataFrames,
-for scripts, figures and tests) and ``tsanalysis.relay.run_relay``; bad input raises
-``tsanalysis.errors.UsageError`` or ``tsanalysis.io.RecordsError``, printed here without a traceback (exit 2).
+for scripts, figures and tests) and ``tsanalysis.relay.run_relay``. Exit status (``contracts.commands``, the
+grammar every command shares): bad input raises ``tsanalysis.errors.UsageError`` or ``tsanalysis.io.RecordsError``,
+printed here as one ``error:`` line without a traceback (exit 2); a failure inside a command is one line, exit 1
+(``THINKING_SEEDS_DEBUG=1`` prints the traceback); Ctrl-C exits 130 and SIGTERM 143, with one line (the relay's
+JSONL files keep every finished chunk, and the same command resumes from them).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from contracts.commands import EXIT_CODES_HELP, pct, points, run_command
 from contracts.records import parse_step_range
 from inference.names import ENGINES
 
@@ -61,6 +67,16 @@ def _finish(args, tables, run_dir=None) -> Path:
     return out
 
 
+def format_passk(pk: pd.DataFrame) -> str:
+    """The relay's pass@k table as printed: rates in %, relay - final in points with its paired 95 % interval."""
+    shown = pd.DataFrame({
+        "k": pk["k"], "problems": pk["problems"],
+        **{f"{name} %": pk[name].map(lambda x: pct(x, unit="")) for name in ("early", "relay", "final")},
+        "relay-final (points)": pk["diff"].map(points),
+        "95% CI": [f"[{points(lo)}, {points(hi)}]" for lo, hi in zip(pk["diff_low"], pk["diff_high"])]})
+    return "relay pass@k, % (unbiased estimator, mean over problems)\n" + shown.to_string(index=False)
+
+
 # ---- command handlers ------------------------------------------------------------------------------------------
 def _cmd_positions(args) -> None:
     t = positions_tables(args.run_dir, steps=args._steps, n_bins=args.bins, loss_tokens_only=args.loss_tokens_only)
@@ -77,10 +93,11 @@ def _cmd_positions(args) -> None:
 def _cmd_truncation(args) -> None:
     t = truncation_tables(args.run_dir, steps=args._steps, top=args.top)
     for rule, df in t["tokens"].groupby("rule"):
-        print(f"rule {rule}: {int(df['rule_total'].iloc[0])} cuts; top tokens")
-        print(_fmt(df, ["rank", "label", "count", "share", "category"], max_rows=10))
+        print(f"rule {rule}: {int(df['rule_total'].iloc[0])} cuts; top tokens (share of the rule's cuts, %)")
+        print(_fmt(df.assign(share=df["share"].map(lambda x: pct(x, unit=""))),
+                   ["rank", "label", "count", "share", "category"], max_rows=10))
     cats = t["categories"].pivot(index="category", columns="rule", values="share").reindex(list(TR.CATEGORIES))
-    print("\ncategory shares\n" + cats.to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\ncategory shares, %\n" + cats.to_string(float_format=lambda x: pct(x, unit="")))
     _finish(args, t, args.run_dir)
 
 
@@ -124,9 +141,7 @@ def _cmd_relay(args) -> None:
         cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         limit=args.limit, engine=args.engine, template=args.template, out=args.out,
         batch_problems=args.batch_problems)
-    pk = tables["relay_passk"]
-    print(pk[["k", "early", "relay", "final", "diff", "diff_low", "diff_high"]].to_string(
-        index=False, float_format=lambda x: f"{x:.4f}"))
+    print(format_passk(tables["relay_passk"]))
     paths = io.write_results(out_dir, tables, settings)
     print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
           + " (+ prefixes.jsonl, results.jsonl, relay_settings.json)")
@@ -177,7 +192,7 @@ def _run_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tsanalysis", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES_HELP)
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("positions", help="entropy and clipped tokens per relative-position bin (Figures 3, 4)")
@@ -211,14 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="relative positions as t/seed_len (default) or t/final length")
     p.set_defaults(func=_cmd_mismatch)
 
-    p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues")
+    p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues",
+                       epilog=EXIT_CODES_HELP)
     p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory, e.g. "
                                                   "runs/NAME/checkpoints/step_N, or a hub id)")
     p.add_argument("--final", required=True, help="final checkpoint")
-    p.add_argument("--benchmark", default=None,
-                   help="benchmark name from eval.benchmarks: its problems, grader and default template")
+    p.add_argument("--benchmarks", "--benchmark", dest="benchmark", default=None, metavar="NAME",
+                   help="benchmark name from eval.benchmarks (one: a relay folder holds one benchmark): its problems, "
+                        "grader and default template (--benchmark: the old spelling, still accepted)")
     p.add_argument("--problems", default=None,
-                   help="problems file (JSONL) read by the --benchmark's loader instead of its default problems")
+                   help="problems file (JSONL) read by the benchmark's loader instead of its default problems")
     p.add_argument("--n", type=_positive_int, default=64, help="samples per problem (relay and final-only each)")
     p.add_argument("--cut", type=float, default=0.5, help="prefix = first floor(cut*len) tokens of the early response")
     p.add_argument("--max-tokens", type=_positive_int, default=None, help="response budget (default: benchmark's)")
@@ -226,13 +243,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1]")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first K problems")
-    p.add_argument("--engine", choices=ENGINES, default="auto")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="rollout engine; the resolved one and the dtype (the final checkpoint's) are recorded in "
+                        "relay_settings.json, and a resume with others is refused")
     p.add_argument("--template", default=None, help="prompt template (default: the benchmark's)")
     p.add_argument("--batch-problems", type=_positive_int, default=8,
                    help="problems per generate call (n samples each); part of the sampling seed")
     p.add_argument("--out", default=None, help="output folder (default results/analysis/<final run>/relay/<tag>/)")
     p.set_defaults(func=_cmd_relay)
     return ap
+
+
+def _kept(args) -> str | None:
+    """What an interrupted or failed command leaves that the same command continues from (the relay's JSONL)."""
+    if args.command != "relay":
+        return None
+    where = args.out or "its folder (results/analysis/<final run>/relay/<tag>/)"
+    return f"the relay's prefixes.jsonl and results.jsonl in {where} keep every finished chunk"
+
+
+def _resume(args) -> str:
+    kept = _kept(args)
+    return (f"{kept}; the same command resumes from them" if kept else
+            "nothing is written before the tables are complete; the same command starts again")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,12 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args._steps = parse_step_range(getattr(args, "steps", None))
     except ValueError as e:
         ap.error(str(e))
-    try:
-        args.func(args)
-    except (io.RecordsError, UsageError) as e:   # tsanalysis.errors.RelayError is a UsageError
-        print(f"tsanalysis {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    # bad input: io.RecordsError, UsageError (tsanalysis.errors.RelayError is one): one line, exit 2
+    return run_command(lambda: args.func(args), input_errors=(io.RecordsError, UsageError),
+                       resume=lambda: _resume(args), kept=lambda: _kept(args))
 
 
 if __name__ == "__main__":

@@ -28,8 +28,10 @@ model folder or a hub id (read from its snapshot in the Hugging Face cache, ``in
 ``owner/name@<commit>``).
 
 Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem), ``relay_settings.json`` (the
-settings the JSONL files belong to; ``contracts.settings.claim_folder``: a rerun with different settings is refused,
-and so is a non-empty folder without that file). ``run_relay`` returns the tables
+settings the JSONL files belong to, the resolved engine and the dtype the samples were generated in among them:
+both checkpoints generate in the final checkpoint's dtype; ``contracts.settings.claim_folder``: a rerun with
+different settings, another engine or dtype included, is refused, and so is a non-empty folder without that file;
+a folder written before engine and dtype were recorded is taken to match). ``run_relay`` returns the tables
 ``relay_problems`` and ``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the
 demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). Bad input raises
 ``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded and before the output folder
@@ -64,7 +66,11 @@ __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokeniz
 
 SETTINGS_FILE = "relay_settings.json"   # the settings the folder's JSONL files belong to (contracts.settings)
 IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
-                 "top_p", "seed", "batch_problems")
+                 "top_p", "seed", "batch_problems", "engine", "dtype")
+# how the samples were generated (the resolved engine, hf or vllm, and the dtype): one folder holds one engine's
+# samples in one precision, as an eval.run results file does (eval.samples.GENERATION_SETTINGS). A folder written
+# before they were recorded says nothing about them; it is taken to match (refusing it could be wrong).
+GENERATION_KEYS = ("engine", "dtype")
 
 
 # ---- pure pieces -----------------------------------------------------------------------------------------------
@@ -169,8 +175,11 @@ def _load_problems(benchmark: str | None, problems: str | None, limit: int | Non
     from eval.benchmarks import get_benchmark
 
     if benchmark is None:
-        raise RelayError("relay needs --benchmark NAME (its problems, grader and template); --problems FILE then "
+        raise RelayError("relay needs --benchmarks NAME (its problems, grader and template); --problems FILE then "
                          "replaces the benchmark's problems with the file's, read by that benchmark's loader")
+    if "," in benchmark:
+        raise RelayError(f"--benchmarks {benchmark}: the relay takes one benchmark (a relay folder holds one); run it "
+                         f"once per benchmark, each with its own --out")
     try:
         bench = get_benchmark(benchmark)
     except (ValueError, ImportError) as e:
@@ -231,6 +240,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     from inference import load_policy, make_sampler, resolve_engine
     from eval.grading import grade_responses
     from eval.inputs import EvalInputError, check_model
+    from eval.parallel import checkpoint_dtype
     from scoring.grading import GRADE_TIMEOUT_S
     from scoring.pool import WorkerPool, apply
     from scoring.templates import render_prompt
@@ -257,6 +267,10 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         engine_used = resolve_engine(engine, model_path=final_dir)   # "auto": see inference.engines
     except ValueError as e:
         raise RelayError(str(e)) from None
+    # both checkpoints generate in the final one's dtype (its config.json's; float32 when it declares none): one
+    # precision for the whole folder, recorded in relay_settings.json (vLLM keeps the engine's dtype when the final
+    # weights are pushed into it)
+    dtype = checkpoint_dtype(final_dir)
     bench, probs = _load_problems(benchmark, problems, limit)
     template = template or bench.default_template
     max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
@@ -285,10 +299,12 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
                 "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
                 "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
-                "batch_problems": batch_problems}
+                "batch_problems": batch_problems, "engine": engine_used, "dtype": dtype}
     try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
         claimed = claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
-                               fix="use another --out or delete that folder")
+                               defaults={k: identity[k] for k in GENERATION_KEYS},
+                               fix="use another --out or delete that folder (its samples come from one engine in one "
+                                   "dtype: to resume it, rerun with its --engine)")
     except SettingsMismatch as e:
         raise RelayError(str(e)) from None
 
@@ -322,7 +338,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     if todo:
         log(f"early phase: {len(todo)} problems × {n} samples from {early}")
         with _unclaimed_on_error(out_dir, claimed):   # a failed start leaves no folder holding only its settings
-            model, _ = load_policy(early_dir, device=device)
+            model, _ = load_policy(early_dir, device=device, dtype=dtype)
             sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
         eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
         for chunk in _chunks(todo, batch_problems):
@@ -350,7 +366,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     todo = [p for p in probs if str(p.id) not in results]
     if todo:
         log(f"final phase: {len(todo)} problems × {n} relay + {n} final-only samples from {final}")
-        model, _ = load_policy(final_dir, device=device)
+        model, _ = load_policy(final_dir, device=device, dtype=dtype)
         if sampler is not None and engine_used == "vllm":
             sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
         else:

@@ -54,20 +54,31 @@ def read_jsonl_any(path: str | os.PathLike) -> list[dict]:
     return list(iter_jsonl(path))
 
 
+# where $THINKING_SEEDS_DATA/code/humaneval/HumanEval.jsonl.gz comes from (docs/data.md; the tests check its sha256)
+SOURCE = "openai/human-eval@6d43fb980f9fee3c892a914eda09951f772ad10d data/HumanEval.jsonl.gz"
+FIELDS = "task_id, prompt, entry_point, canonical_solution, test"
+
+
+def layout_hint(folder: str, files: list[str]) -> str:
+    """The sentence a missing HumanEval file ends with: where it goes, what it holds, where it comes from."""
+    return (f"put the file at ${DATA_ENV}/code/{folder}/{files[0]} ({DATA_ENV} names the data folder, the one "
+            f"holding math/ and code/; gzip JSON lines with {FIELDS}, or {files[1]} uncompressed; the tested copy is "
+            f"{SOURCE}, byte for byte: docs/data.md), or pass --problems FILE")
+
+
 def _resolve(path, *, name: str, folder: str, files: list[str]) -> Path:
     if path is not None:
         return Path(path)
     root = os.environ.get(DATA_ENV)
     if not root:
-        raise FileNotFoundError(f"{name}: no problems file given and {DATA_ENV} is not set; pass --problems FILE "
-                                f"or set {DATA_ENV} to a folder laid out like shared/data "
-                                f"(code/{folder}/{files[0]})")
+        raise FileNotFoundError(f"{name}: no problems file given and {DATA_ENV} is not set (HumanEval is never "
+                                f"downloaded): {layout_hint(folder, files)}")
     for f in files:
         p = Path(root) / "code" / folder / f
         if p.is_file():
             return p
     raise FileNotFoundError(f"{name}: {DATA_ENV}={root} but none of {[f'code/{folder}/{f}' for f in files]} exists "
-                            f"there; pass --problems FILE")
+                            f"there: {layout_hint(folder, files)}")
 
 
 def _need(row: dict, keys, where: str) -> None:

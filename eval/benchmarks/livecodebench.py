@@ -72,6 +72,7 @@ __all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT
            "tests_of", "question_text", "render_prompt", "selection_summary", "describe", "grade"]
 
 VERSION = "livecodebench-2"   # 2: lcb_runner's extraction and harness
+HUB_DATASET = "livecodebench/code_generation_lite"   # where the files come from (not pinned: files select a release)
 DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
@@ -168,16 +169,22 @@ def tests_of(problem: Problem) -> list[dict]:
 def _default_path() -> Path:
     root = os.environ.get(DATA_ENV)
     if not root:
-        raise FileNotFoundError(
-            "livecodebench: no problems path given and THINKING_SEEDS_DATA is not set. LiveCodeBench is not stored "
-            "in this project (see shared/data/SOURCES.md); download livecodebench/code_generation_lite's JSONL "
-            "files (test.jsonl ... test6.jsonl) and pass the folder or one file with --problems, or put them in "
-            "$THINKING_SEEDS_DATA/code/livecodebench/")
+        raise FileNotFoundError(f"livecodebench: no problems path given and {DATA_ENV} is not set. LiveCodeBench is "
+                                f"not stored with this project (release_v6 is about 4.5 GB) and never downloaded: "
+                                f"{layout_hint()}")
     path = Path(root) / "code" / "livecodebench"
     if not path.is_dir():
-        raise FileNotFoundError(f"{DATA_ENV}={root} but {path} does not exist; put the dataset's test*.jsonl there "
-                                f"or pass --problems PATH")
+        raise FileNotFoundError(f"livecodebench: {DATA_ENV}={root} but {path} does not exist: {layout_hint()}")
     return path
+
+
+def layout_hint() -> str:
+    """Where LiveCodeBench's files come from and where they go, as the sentence a missing folder ends with."""
+    return (f"download the files of the hub dataset {HUB_DATASET} into ${DATA_ENV}/code/livecodebench/ (test.jsonl "
+            f"... test6.jsonl as the dataset repository names them; release_v6 needs all six, the default v6 only "
+            f"test6.jsonl: `hf download {HUB_DATASET} test6.jsonl --repo-type dataset --local-dir "
+            f"${DATA_ENV}/code/livecodebench`; {DATA_ENV} names the data folder, the one holding math/ and code/), "
+            f"or pass that folder or one file with --problems (docs/data.md)")
 
 
 _FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",

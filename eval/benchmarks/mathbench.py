@@ -3,9 +3,12 @@
 Problems are read from, in order:
 
 1. an explicit path (``load(path)``, ``python -m eval.run --problems FILE``);
-2. ``$THINKING_SEEDS_DATA/math/<dir>/test.jsonl`` — a folder laid out like the project's ``shared/data``;
-3. the benchmark's Hugging Face dataset (``datasets`` imported lazily; offline this fails with a message naming
-   options 1 and 2).
+2. ``$THINKING_SEEDS_DATA/math/<dir>/test.jsonl``: JSON lines with the fields ``STORED`` names, a byte-for-byte
+   copy of the file ``STORED`` names (a public GitHub repository at a commit; docs/data.md lists each benchmark's
+   source, fields and checksum);
+3. the benchmark's Hugging Face dataset at the hub's current revision (none is pinned: every result line records
+   a sha256 of the problems as loaded); ``datasets`` is imported lazily, and offline this fails with a message
+   naming options 1 and 2 and the layout.
 
 Library code never guesses a path relative to the repository.
 """
@@ -19,11 +22,43 @@ from pathlib import Path
 from eval.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 
-__all__ = ["DATA_ENV", "MATH_GENERATION", "read_jsonl", "read_jsonl_located", "load_rows", "grade_problem", "math_benchmark"]
+__all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "read_jsonl", "read_jsonl_located", "load_rows", "grade_problem", "math_benchmark"]
 
 DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper reports avg@32 at temperature 0.6, top-p 0.95
 MATH_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096}
+
+
+# what $THINKING_SEEDS_DATA/math/<dir>/test.jsonl holds, per <dir>: the upstream file it copies (repository@commit
+# path) and the fields the loader reads (docs/data.md has the same table, with records and sha256)
+STORED = {
+    "aime24": ("QwenLM/Qwen2.5-Math@a45202bd16f1ec06f433442dc1152d0074773465 evaluation/data/aime24/test.jsonl",
+               "id, problem (or question), answer"),
+    "aime25": ("ZhangShimin1/PassKEval@4a1495c890778fc3f477853e13db03cc5ec772c2 data/aime2025/test.jsonl",
+               "id, problem (or question), answer"),
+    "amc23": ("QwenLM/Qwen2.5-Math@a45202bd16f1ec06f433442dc1152d0074773465 evaluation/data/amc23/test.jsonl",
+              "id, problem (or question), answer"),
+    "math500": ("hkust-nlp/simpleRL-reason@cf1c7858bfc145a27aa733e75d930d34f0d318a6 "
+                "examples/simplelr_math_eval/data/math500/test.jsonl", "unique_id, problem, answer"),
+    "minerva_math": ("QwenLM/Qwen2.5-Math@a45202bd16f1ec06f433442dc1152d0074773465 "
+                     "evaluation/data/minerva_math/test.jsonl",
+                     "idx, problem, solution (the gold is its last \\boxed{}; an answer field wins when present)"),
+    "olympiadbench": ("QwenLM/Qwen2.5-Math@a45202bd16f1ec06f433442dc1152d0074773465 "
+                      "evaluation/data/olympiadbench/test.jsonl",
+                      "id, question, final_answer (a one-element list), is_multiple_answer, unit, context"),
+}
+
+
+def layout_hint(data_dir: str, *, hub_id: str | None = None, hub_split: str = "test",
+                hub_config: str | None = None) -> str:
+    """Where a math benchmark's problems can come from, as the sentence every loading error ends with."""
+    source, fields = STORED[data_dir]
+    hub = "" if hub_id is None else (
+        f"; or, with network and the `datasets` package, the hub dataset {hub_id}"
+        + (f" (config {hub_config})" if hub_config else "") + f", split {hub_split}, at its current revision")
+    return (f"put the problems at ${DATA_ENV}/math/{data_dir}/test.jsonl ({DATA_ENV} names the data folder, the one "
+            f"holding math/ and code/; JSON lines with {fields}; the tested copy is {source}, byte for byte: "
+            f"docs/data.md), or pass --problems FILE{hub}")
 
 
 def read_jsonl_located(path: str | os.PathLike) -> tuple[list[dict], list[str]]:
@@ -64,21 +99,22 @@ def load_rows(path, *, name: str, data_dir: str, hub_id: str, hub_split: str = "
     if root:
         file = Path(root) / "math" / data_dir / "test.jsonl"
         if not file.is_file():
-            raise FileNotFoundError(f"{DATA_ENV}={root} but {file} does not exist; lay the folder out like "
-                                    f"shared/data (math/{data_dir}/test.jsonl) or pass --problems FILE")
+            raise FileNotFoundError(f"{name}: {DATA_ENV}={root} but {file} does not exist; "
+                                    + layout_hint(data_dir))
         rows, wheres = read_jsonl_located(file)
         return rows, str(file), wheres
     try:
         import datasets
     except ImportError:
         raise RuntimeError(f"{name}: no problems file given and {DATA_ENV} is not set, and the `datasets` package "
-                           f"needed to fetch {hub_id} is not installed. Pass --problems FILE (a JSONL file), set "
-                           f"{DATA_ENV} to a folder laid out like shared/data, or pip install datasets") from None
+                           f"needed to fetch {hub_id} is not installed: "
+                           + layout_hint(data_dir, hub_id=hub_id, hub_split=hub_split, hub_config=hub_config)) from None
     try:
         ds = datasets.load_dataset(hub_id, hub_config, split=hub_split)
     except Exception as e:
-        raise RuntimeError(f"{name}: could not load the hub dataset {hub_id} ({type(e).__name__}: {e}). Offline? "
-                           f"Pass --problems FILE or set {DATA_ENV} to a folder laid out like shared/data") from e
+        raise RuntimeError(f"{name}: no problems file given, {DATA_ENV} is not set, and the hub dataset {hub_id} "
+                           f"could not be loaded ({type(e).__name__}: {' '.join(str(e).split())[:200]}; offline?): "
+                           + layout_hint(data_dir)) from e
     rows = [dict(r) for r in ds]
     return rows, f"hf:{hub_id}", [f"hf:{hub_id} row {i + 1}" for i in range(len(rows))]
 
