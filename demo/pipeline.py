@@ -39,7 +39,7 @@ from contracts.config import to_dict
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.jsonl import read_jsonl
 from contracts.settings import SettingsMismatch, check_settings, claim_folder
-from eval.benchmarks import get_benchmark
+from scoring.benchmarks import get_benchmark
 from eval.config import EvalConfig
 from eval.metrics import compare
 from eval.report import format_report
@@ -95,7 +95,7 @@ class Budget:
     eval_limit: int | None        # held-out problems scored (None: the benchmark's whole split)
     relay_n: int                  # relay samples per problem (relay and final-only each)
     relay_limit: int | None       # relay problems (None: the whole split)
-    task: str = "addition"        # embedded task (scoring.tasks) and benchmark (eval.benchmarks.tasks) of the same name
+    task: str = "addition"        # embedded task (scoring.tasks) and benchmark (scoring.benchmarks.tasks) of the same name
     warmup_pool: int = 20000      # supervised examples generated (test prompts removed)
     train_pool: int = 4000        # RL prompts generated (test prompts removed)
 

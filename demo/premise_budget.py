@@ -10,7 +10,7 @@ from demo.pipeline import DemoError, RunSpec, _seeded
 MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
 TIMINGS = "timings.json"   # per training run: wall and CPU seconds, torch threads, load average
 STAGES = "stages.json"     # per stage: wall and CPU seconds summed over every invocation
-HELDOUT_SEED = 10_000      # the held-out split (as eval.benchmarks.tasks), generated at the budget's difficulty
+HELDOUT_SEED = 10_000      # the held-out split (as scoring.benchmarks.tasks), generated at the budget's difficulty
 WARMUP_SEED = 7919         # the supervised pool
 TRAIN_SEED = 1             # the RL prompt pool
 

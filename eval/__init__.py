@@ -1,6 +1,6 @@
 """Score checkpoints the way the paper does: avg@32 and pass@k on six math benchmarks and on code benchmarks.
 
-- ``eval.benchmarks``: one module per benchmark and the explicit registry (``get_benchmark``);
+- ``scoring.benchmarks``: one module per benchmark and the explicit registry (``get_benchmark``);
 - grading, templates and the sandbox live one layer down, in ``scoring`` (``scoring.math``, ``scoring.qwen``,
   ``scoring.pool``, ``scoring.grading`` (the one batch grader), ``scoring.code``, ``scoring.sandbox``,
   ``scoring.templates``), shared with the trainer's rewards;

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from contracts.config import ConfigError, build, choices, field_types, parse_overrides, read_preset
-from eval.benchmarks import BENCHMARKS
+from scoring.benchmarks import BENCHMARKS
 from eval.parallel import gpu_groups, visible_gpus
 from inference.names import EngineName
 from scoring.grading import GRADE_TIMEOUT_S
@@ -167,8 +167,8 @@ def validate(cfg: EvalConfig) -> None:
         raise ConfigError("--lcb-release / --lcb-start-date / --lcb-end-date select LiveCodeBench problems; add "
                           "livecodebench to --benchmarks")
     if filters.get("release"):
-        # imported here: the registry loads a benchmark's module only when it is used (eval.benchmarks)
-        from eval.benchmarks.livecodebench import RELEASES
+        # imported here: the registry loads a benchmark's module only when it is used (scoring.benchmarks)
+        from scoring.benchmarks.livecodebench import RELEASES
         if filters["release"] not in RELEASES:
             raise ConfigError(f"--lcb-release {filters['release']!r} is not a release; choose from "
                               f"{sorted(RELEASES)} or 'all' (lcb_release)")

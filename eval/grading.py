@@ -6,7 +6,7 @@ The batches go through the one batch grader, ``scoring.grading.grade_batch``. Ma
 disagree are rewritten to ``<benchmark>.disagreements.jsonl`` beside the sample file. Code is graded on threads
 (each sandbox call is its own isolated subprocess with its own limits); task rewards are instantaneous, in this
 process. A grader that fails (its worker died or overran the limit, its sandbox could not start, it raised) gives
-the ``timeout`` or ``grader_error`` verdict, never a score (``eval.benchmarks.base.UNGRADED_VERDICTS``); ``regrade``
+the ``timeout`` or ``grader_error`` verdict, never a score (``scoring.benchmarks.base.UNGRADED_VERDICTS``); ``regrade``
 grades those again from the responses stored in the file.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from contracts.files import atomic_write_jsonl
-from eval.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem, Verdict
+from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem, Verdict
 from eval.samples import read_samples
 from scoring.grading import grade_batch
 from scoring.math import extract_answer

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from contracts.jsonl import iter_jsonl
-from eval.benchmarks.base import Benchmark, Problem
+from scoring.benchmarks.base import Benchmark, Problem
 from eval.samples import check_settings, repair
 from inference.hub import ModelSourceError, resolve_model
 

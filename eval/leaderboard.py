@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from contracts.commands import EXIT_CODES_HELP, points, pct, run_command
-from eval.benchmarks.base import UNGRADED_VERDICTS
+from scoring.benchmarks.base import UNGRADED_VERDICTS
 from eval.lm_eval_bridge import LM_EVAL_FILE
 from eval.metrics import compare, counts, summarize
 from eval.samples import read_samples
@@ -156,7 +156,7 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
 
 
 def _order(bench: str) -> tuple:
-    from eval.benchmarks import BENCHMARKS
+    from scoring.benchmarks import BENCHMARKS
     names = list(BENCHMARKS)
     return (names.index(bench) if bench in names else len(names), bench)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts.commands import pct
-from eval.benchmarks.base import Benchmark
+from scoring.benchmarks.base import Benchmark
 from eval.leaderboard import graded_rows
 from eval.metrics import counts, summarize
 from eval.samples import read_samples

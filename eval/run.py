@@ -59,8 +59,8 @@ from tqdm.auto import tqdm
 
 from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
-from eval.benchmarks import get_benchmark
-from eval.benchmarks.base import Benchmark, Problem
+from scoring.benchmarks import get_benchmark
+from scoring.benchmarks.base import Benchmark, Problem
 from eval.config import EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
 from eval.grading import grade_responses, regrade, write_disagreements
 from eval.inputs import (EvalInputError, check_model, data_settings, file_settings, load_problems, model_name,

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from contracts.settings import check_settings as check_recorded
-from eval.benchmarks.base import Problem, Verdict
+from scoring.benchmarks.base import Problem, Verdict
 
 __all__ = ["CHECKED_SETTINGS", "GENERATION_SETTINGS", "read_samples", "repair", "append_row", "make_row",
            "check_settings"]

@@ -43,7 +43,7 @@ response run in ONE sandboxed process, in order, as lcb_runner runs them in its 
   not decide its own verdict).
 - Tests run in order (public, then private); the first failing test decides and is named in the verdict.
 
-Verdicts (``eval.benchmarks.base.Verdict``): ``pass``, ``wrong_answer`` (including output over the size limit),
+Verdicts (``scoring.benchmarks.base.Verdict``): ``pass``, ``wrong_answer`` (including output over the size limit),
 ``runtime_error`` (exception, failure to load, non-zero exit, crash by signal, syntax error), ``time_limit``,
 ``memory_limit``, ``no_answer`` (nothing that could be a program). ``detail`` starts with ``test i/n`` for the
 first failing test. A sandbox that cannot run raises ``SandboxError`` (never a verdict; ``eval.run`` records it as

@@ -1,5 +1,5 @@
 """The code graders' time and memory limits, the one home: the trainer's code reward (``scoring.rewards``), the
-LiveCodeBench, HumanEval and EvalPlus benchmarks (``eval.benchmarks``) all read ``CODE_LIMITS``.
+LiveCodeBench, HumanEval and EvalPlus benchmarks (``scoring.benchmarks``) all read ``CODE_LIMITS``.
 
 Each limit cites where its value comes from. Memory is ``RLIMIT_AS`` (address space, not resident memory), so the
 caps sit well above a judge's resident limit and fail only runaway programs. The sandbox's own margins around

@@ -21,8 +21,8 @@ from conftest import SHARED_DATA
 from contracts.commands import (DEBUG_ENV, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, pct, points,
                                 run_command)
 from eval import run
-from eval.benchmarks import get_benchmark
-from eval.benchmarks import humaneval, livecodebench, mathbench
+from scoring.benchmarks import get_benchmark
+from scoring.benchmarks import humaneval, livecodebench, mathbench
 from eval.report import format_report
 from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
 from tsanalysis import relay

@@ -201,7 +201,7 @@ def test_minicode_rows_carry_tests_their_solutions_pass():
 
 @pytest.mark.slow   # an eval run, graded in the sandbox
 def test_minicode_is_a_benchmark_graded_in_the_sandbox(tmp_path):
-    from eval.benchmarks import get_benchmark
+    from scoring.benchmarks import get_benchmark
     from eval.config import EvalConfig
     from eval.run import run_eval
     from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic

@@ -68,7 +68,7 @@ def test_runs_share_the_warmup_and_the_budget(quick):
     assert cfgs["seeds_fig4"]["seed_ratio"] == 0.7 and cfgs["seeds_entropy"]["seed_rule"] == "entropy"
     assert cfgs["seeds_state"]["seed_loss"] == "state"
     # the RL pool holds none of the held-out test prompts
-    from eval.benchmarks import get_benchmark
+    from scoring.benchmarks import get_benchmark
     held = {p.question for p in get_benchmark(QUICK.task).load()}
     pool = [json.loads(line)["prompt"] for line in open(cfgs["onpolicy"]["train_file"])]
     assert pool and not held & set(pool)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import evalplus_plus as ep, humaneval as he
-from eval.benchmarks import livecodebench as lcb
+from scoring.benchmarks import evalplus_plus as ep, humaneval as he
+from scoring.benchmarks import livecodebench as lcb
 from scoring.code import CodeTest, extract_code, grade_code, stdout_matches
 from scoring.sandbox import isolation, run_many, run_program
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import BENCHMARKS, MATH_BENCHMARKS, get_benchmark
-from eval.benchmarks.base import Problem
+from scoring.benchmarks import BENCHMARKS, MATH_BENCHMARKS, get_benchmark
+from scoring.benchmarks.base import Problem
 from scoring.math import (extract_answer, extract_boxed, extract_final, gold_parses, grade_math, normalize_gold,
                           split_top_level)
 from scoring.grading import grade_math_many
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not (DATA / "math").is_dir(), reason=f"benchmark data not found at {DATA}")
 
 # MATH-500 / Minerva problems whose reference solution is NOT accepted against its own gold, with the reason.
-# All three are data quirks: the solution's box holds Python, which eval.benchmarks.minerva.GOLD_FIXES turns
+# All three are data quirks: the solution's box holds Python, which scoring.benchmarks.minerva.GOLD_FIXES turns
 # into LaTeX for the gold (so models are graded against the intended answer); the stored box stays unparseable.
 REFERENCE_ALLOW_LIST = {
     "minerva:5": "box holds numpy code 'np.arcsin(10/13)'; gold fixed to \\arcsin(10/13)",

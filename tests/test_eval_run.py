@@ -15,7 +15,7 @@ import pytest
 
 from contracts.config import ConfigError
 from eval import run
-from eval.benchmarks import get_benchmark
+from scoring.benchmarks import get_benchmark
 from eval.config import EvalConfig
 from eval.inputs import model_name
 from eval.report import format_report
@@ -434,7 +434,7 @@ def _dying_grade(response, problem):
     import os
     if "DIE" in response:
         os._exit(9)
-    from eval.benchmarks.mathbench import grade_problem
+    from scoring.benchmarks.mathbench import grade_problem
     return grade_problem(response, problem)
 
 

@@ -11,7 +11,7 @@ import pytest
 import evalplus  # noqa: E402  (make install brings it: these tests never skip)
 
 from eval import run  # noqa: E402
-from eval.benchmarks import evalplus_plus as ep  # noqa: E402
+from scoring.benchmarks import evalplus_plus as ep  # noqa: E402
 from eval.samples import read_samples  # noqa: E402
 from scoring.sandbox import encode_tagged, run_harness, run_many  # noqa: E402
 

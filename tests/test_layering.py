@@ -1,8 +1,8 @@
 """The layering (docs/architecture.md, DESIGN §4), read from the source with ``ast``: nothing is imported.
 
-scoring, contracts (bottom) -> inference -> trainer | eval -> tsanalysis -> figures -> demo | benchmarks | notebooks.
+contracts (bottom) -> scoring -> inference -> trainer | eval -> tsanalysis -> figures -> demo | benchmarks | notebooks.
 A package imports only packages of lower layers (peers never import each other: eval and tsanalysis do not import
-trainer, nor it them; tsanalysis reads eval's benchmark registry for the relay); no two modules or packages import each other, directly or round a longer loop, lazily or
+trainer, nor it them; the benchmark registry is scoring's, under both); no two modules or packages import each other, directly or round a longer loop, lazily or
 not; scoring and contracts import no torch; nothing imports a CLI module or calls another module's ``main``.
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # tsanalysis sits above eval: the relay reads eval's benchmark registry (problems and their grader)
-LAYER = {"scoring": 0, "contracts": 0, "inference": 1, "trainer": 2, "eval": 2, "tsanalysis": 3, "figures": 4,
-         "demo": 5, "benchmarks": 5, "notebooks": 5}
+LAYER = {"contracts": 0, "scoring": 1, "inference": 2, "trainer": 3, "eval": 3, "tsanalysis": 4, "figures": 5,
+         "demo": 6, "benchmarks": 6, "notebooks": 6}
 NO_TORCH = {"scoring": ("torch", "transformers", "vllm"), "contracts": ("torch", "transformers", "vllm", "pandas")}
 CLI_MODULES = {"tsanalysis.cli"}   # and every package's __main__
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import livecodebench as lcb
-from eval.benchmarks.base import Problem
+from scoring.benchmarks import livecodebench as lcb
+from scoring.benchmarks.base import Problem
 from scoring.sandbox import run_many
 
 pytestmark = pytest.mark.slow   # every test here runs programs in the sandbox against the reference harness

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import MATH_BENCHMARKS, get_benchmark
+from scoring.benchmarks import MATH_BENCHMARKS, get_benchmark
 from scoring.math import gold_number, grade_math, normalize_gold, parse_gold
 from scoring.pool import WorkerPool, apply
 from scoring.qwen import grade_qwen

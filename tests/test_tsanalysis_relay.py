@@ -1,4 +1,4 @@
-"""Relay inference (tsanalysis.relay) on the real ``addition`` benchmark of ``eval.benchmarks``, graded by the task's
+"""Relay inference (tsanalysis.relay) on the real ``addition`` benchmark of ``scoring.benchmarks``, graded by the task's
 reward: the early checkpoint is an untrained tiny model, the final one the supervised warm-up of conftest's
 ``sft_policy_dir`` (the same 1m model and tokenizer after a short ``trainer.sft`` warm-up on 1-2 digit addition)."""
 

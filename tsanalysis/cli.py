@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "runs/NAME/checkpoints/step_N, or a hub id)")
     p.add_argument("--final", required=True, help="final checkpoint")
     p.add_argument("--benchmarks", "--benchmark", dest="benchmark", default=None, metavar="NAME",
-                   help="benchmark name from eval.benchmarks (one: a relay folder holds one benchmark): its problems, "
+                   help="benchmark name from scoring.benchmarks (one: a relay folder holds one benchmark): its problems, "
                         "grader and default template (--benchmark: the old spelling, still accepted)")
     p.add_argument("--problems", default=None,
                    help="problems file (JSONL) read by the benchmark's loader instead of its default problems")

@@ -172,7 +172,7 @@ def _append_jsonl(path: Path, recs: list[dict]) -> None:
 
 # ---- orchestration ---------------------------------------------------------------------------------------------
 def _load_problems(benchmark: str | None, problems: str | None, limit: int | None):
-    from eval.benchmarks import get_benchmark
+    from scoring.benchmarks import get_benchmark
 
     if benchmark is None:
         raise RelayError("relay needs --benchmarks NAME (its problems, grader and template); --problems FILE then "

@@ -62,7 +62,7 @@ import zlib
 from datetime import date, datetime
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
 from scoring.limits import CODE_LIMITS

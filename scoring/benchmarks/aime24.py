@@ -6,8 +6,8 @@ Gold: the ``answer`` string; seven are zero-padded ("025"), so answers are compa
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 
 VERSION = "aime24-1"
 

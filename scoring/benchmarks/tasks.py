@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.benchmarks.mathbench import read_jsonl_located
+from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.mathbench import read_jsonl_located
 
 __all__ = ["ADDITION", "COUNTDOWN", "MINICODE", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task", "grade_code_task"]
 

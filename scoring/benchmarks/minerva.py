@@ -9,8 +9,8 @@ parse lists of subscripted symbols, and is compared as a canonical string.
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 from scoring.math import extract_boxed
 
 VERSION = "minerva-1"

@@ -6,8 +6,8 @@ form) so the gold written to the samples file reads like an answer.
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 from scoring.math import normalize_gold
 
 VERSION = "amc23-1"

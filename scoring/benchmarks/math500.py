@@ -6,8 +6,8 @@ Ids are ``unique_id`` (``test/precalculus/807.json``); subject and level go to `
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 
 VERSION = "math500-1"
 

@@ -15,7 +15,7 @@
 
 Pass = the program exits 0 in the sandbox within the time limit (``CODE_LIMITS.humaneval_program_s``, 6 s).
 
-**HumanEval+ / MBPP+** (EvalPlus's sets) live in ``eval.benchmarks.evalplus_plus``, which builds on this module's
+**HumanEval+ / MBPP+** (EvalPlus's sets) live in ``scoring.benchmarks.evalplus_plus``, which builds on this module's
 program extraction.
 
 **Data location**: an explicit path (``--problems FILE``), else ``$THINKING_SEEDS_DATA/code/humaneval/
@@ -29,7 +29,7 @@ import os
 import threading
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 from scoring.code import extract_code, verdict_of_status
 from scoring.limits import CODE_LIMITS

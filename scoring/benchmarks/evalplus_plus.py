@@ -17,7 +17,7 @@
   (its special oracles, type check before the tolerance, ``np.allclose``), in a small worker process. The
   candidate's code never runs outside the sandbox and never sees the expected outputs.
 
-The HumanEval+ program is HumanEval's (``eval.benchmarks.humaneval.extract_completion``); MBPP+'s is the sanitised
+The HumanEval+ program is HumanEval's (``scoring.benchmarks.humaneval.extract_completion``); MBPP+'s is the sanitised
 code block. Limits: ``scoring.limits.CODE_LIMITS`` (``evalplus_task_s``, ``evalplus_ground_truth_s``,
 ``evalplus_memory_mb``).
 
@@ -33,8 +33,8 @@ import os
 import threading
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, Problem, Verdict
-from eval.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_completion, read_jsonl_any, sanitize
+from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_completion, read_jsonl_any, sanitize
 from scoring.code import extract_code, program_packages, short_repr, verdict_of_status
 from scoring.limits import CODE_LIMITS
 from scoring.pool import WorkerPool, apply

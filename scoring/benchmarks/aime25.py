@@ -6,8 +6,8 @@ Gold: the ``answer`` string (integers 0-999), compared numerically by math-verif
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 
 VERSION = "aime25-1"
 

@@ -11,8 +11,8 @@ Two golds are not parseable as written; their parseable form is substituted (``G
 
 from __future__ import annotations
 
-from eval.benchmarks.base import Problem
-from eval.benchmarks.mathbench import field, load_rows, math_benchmark
+from scoring.benchmarks.base import Problem
+from scoring.benchmarks.mathbench import field, load_rows, math_benchmark
 
 VERSION = "olympiadbench-1"
 

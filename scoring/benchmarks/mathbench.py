@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from eval.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 
 __all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "read_jsonl", "read_jsonl_located", "load_rows", "grade_problem", "math_benchmark"]
