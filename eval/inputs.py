@@ -17,9 +17,9 @@ from typing import Sequence
 from contracts.jsonl import iter_jsonl
 from scoring.benchmarks.base import Benchmark, Problem
 from eval.samples import check_settings, repair
-from inference.hub import ModelSourceError, resolve_model
+from inference.hub import ModelSourceError, check_model_files, resolve_model
 
-__all__ = ["EvalInputError", "model_name", "check_model", "check_model_files", "newest_checkpoint", "fingerprint",
+__all__ = ["EvalInputError", "model_name", "check_model", "fingerprint",
            "data_settings", "load_problems", "read_samples_input", "file_settings", "prepare"]
 
 
@@ -44,84 +44,20 @@ def model_name(spec: str) -> str:
 def check_model(spec: str, *, what: str = "--model"):
     """Where the files of ``spec`` are (``inference.hub.ModelSource``): a saved model folder (with ``config.json``),
     or a hub id's snapshot in the Hugging Face cache (downloaded first where that is allowed; with
-    ``HF_HUB_OFFLINE=1`` it must be cached), with its files checked (``check_model_files``). ``what`` names the
-    argument in the message (``--model``, ``--early``). EvalInputError otherwise. Called before anything is
-    written."""
+    ``HF_HUB_OFFLINE=1`` it must be cached), with its files checked (``inference.hub.check_model_files``: weights,
+    shards, safetensors headers, tokenizer; a training run folder named as one, with its newest checkpoint).
+    ``what`` names the argument in the message (``--model``, ``--early``). EvalInputError otherwise. Called before
+    anything is written."""
     p = Path(spec).expanduser()
-    if p.exists():
-        check_model_files(p, what=f"{what} {spec}")
     try:
+        if p.exists():
+            check_model_files(p, what=f"{what} {spec}")
         source = resolve_model(str(p) if p.exists() else spec, what=what)
+        if source.is_hub:
+            check_model_files(Path(source.path), what=f"{what} {spec}")
     except ModelSourceError as e:
         raise EvalInputError(str(e)) from None
-    if source.is_hub:
-        check_model_files(Path(source.path), what=f"{what} {spec}")
     return source
-
-
-# a tokenizer saved by ``save_pretrained`` has one of these (fast, sentencepiece, BPE, WordPiece), or a *.tiktoken
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
-_STEP_DIR = re.compile(r"step_(\d+)")
-
-
-def newest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The highest ``checkpoints/step_N`` of a training run that holds a model (``config.json``); None if none."""
-    root = Path(run_dir) / "checkpoints"
-    steps = [(int(m.group(1)), d) for d in (root.iterdir() if root.is_dir() else ())
-             if (m := _STEP_DIR.fullmatch(d.name)) and (d / "config.json").is_file()]
-    return max(steps)[1] if steps else None
-
-
-def check_model_files(folder: Path, *, what: str) -> None:
-    """EvalInputError, one line naming ``folder`` and what is missing or damaged, unless it is a model folder a
-    loader can read: ``config.json``; weights (``model.safetensors``, or an index and every shard it lists, or
-    ``pytorch_model.bin``), each safetensors file's header readable (``safetensors.safe_open`` reads only the
-    header and checks it covers the file, so a truncated copy is found without loading anything); a tokenizer
-    (``TOKENIZER_FILES``). A training run folder (``config.yaml``, ``checkpoints/``) is named as one, with its
-    newest checkpoint. ``what``: the argument, for the message (``--model PATH``)."""
-    if not folder.is_dir():
-        raise EvalInputError(f"{what}: {folder} is a file, not a model folder; give a saved model folder (e.g. "
-                             f"runs/<name>/checkpoints/step_N) or a hub id")
-    if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir() and \
-            not (folder / "config.json").is_file():
-        newest = newest_checkpoint(folder)
-        use = (f"give one of its checkpoints instead, e.g. the newest: {newest}" if newest is not None else
-               "it holds no saved checkpoint yet (checkpoints/step_N with a config.json)")
-        raise EvalInputError(f"{what}: {folder} is a training run folder (config.yaml, checkpoints/), not a "
-                             f"checkpoint; {use}")
-    if not (folder / "config.json").is_file():
-        raise EvalInputError(f"{what}: {folder} holds no config.json; give a saved model folder (e.g. "
-                             f"runs/<name>/checkpoints/step_N) or a hub id")
-    redo = "save or copy the checkpoint again, or use another one"
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise EvalInputError(f"{what}: {index} is damaged (not a weight index: {type(e).__name__}); "
-                                 f"{redo}") from None
-    elif (folder / "model.safetensors").is_file():
-        shards = ["model.safetensors"]
-    elif (folder / "pytorch_model.bin").is_file() or (folder / "pytorch_model.bin.index.json").is_file():
-        shards = []   # pickled weights: no cheap check of their integrity (torch.load reads them whole)
-    else:
-        raise EvalInputError(f"{what}: {folder} has no weights (model.safetensors, or model.safetensors.index.json "
-                             f"and its shards): the checkpoint was not saved completely; {redo}")
-    from safetensors import SafetensorError, safe_open
-    for name in shards:
-        shard = folder / name
-        if not shard.is_file():
-            raise EvalInputError(f"{what}: {folder} is missing the weight shard {name} that {index.name} lists; "
-                                 f"{redo}")
-        try:
-            with safe_open(str(shard), framework="pt"):
-                pass
-        except (SafetensorError, OSError) as e:
-            raise EvalInputError(f"{what}: {shard} is damaged (its safetensors header cannot be read: "
-                                 f"{' '.join(str(e).split())}; a truncated copy?); {redo}") from None
-    if not any((folder / f).is_file() for f in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
-        raise EvalInputError(f"{what}: {folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); "
-                             f"save the tokenizer into the folder with the model (tokenizer.save_pretrained)")
 
 
 def fingerprint(problems: Sequence[Problem]) -> str:

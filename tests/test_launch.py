@@ -68,11 +68,12 @@ def test_a_bad_data_file_is_one_line_and_nothing_is_written(tmp_path, capsys, co
 def test_a_model_path_that_does_not_exist_or_is_a_run_folder_is_named(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "old" / "checkpoints" / "step_000009").mkdir(parents=True)
+    (tmp_path / "runs" / "old" / "checkpoints" / "step_000009" / "config.json").write_text("{}")   # a saved model
     (tmp_path / "runs" / "old" / "config.yaml").write_text("lr: 1.0e-06\n")
     out = tmp_path / "out"
     err = _refused(capsys, tiny(out, model="runs/nothing"), "error: model: model=runs/nothing: no such model folder")
     assert "hub" not in err   # an existing local folder's child is a path, never a hub id
-    _refused(capsys, tiny(out, model="runs/old"), "training run's folder, not a model",
+    _refused(capsys, tiny(out, model="runs/old"), "is a training run folder (config.yaml, checkpoints/), not a checkpoint",
              str(Path("runs/old/checkpoints/step_000009")))
     _refused(capsys, tiny(out, model="./missing-model"), "no such model folder")
     assert not out.exists()
@@ -268,3 +269,18 @@ def test_a_failure_inside_the_run_is_one_line_exit_1_and_the_traceback_on_reques
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: RuntimeError:")
+
+
+def test_a_ctrl_c_a_library_wraps_in_its_own_error_is_still_an_interrupt(tmp_path, capsys, monkeypatch):
+    import trainer.train as tt
+
+    def wrapped(cfg, d):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("worker pool shut down") from None   # context kept: what a pool's cleanup raises
+
+    monkeypatch.setattr(tt, "train", wrapped)
+    assert main(tiny(tmp_path / "runs")) == 130
+    err = capsys.readouterr().err
+    assert "interrupted (Ctrl-C)" in err and "error:" not in err

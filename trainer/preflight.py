@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from inference.hub import ModelSourceError, is_hub_id, offline, resolve_model
+from inference.hub import ModelSourceError, check_model_files, is_hub_id, offline, resolve_model
 from inference.tiny import build_tokenizer
 from scoring.grading import GRADE_TIMEOUT_S
 from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnError, code_workers, grade_code_batch,
@@ -299,16 +299,12 @@ def check_model(cfg: Config) -> Check:
         return Check("model", "ok", f"{cfg.model} is built locally" + (f" after {cfg.sft_steps} supervised steps"
                                                                        if cfg.sft_steps else ""))
     path = Path(cfg.model)
-    if path.exists():
-        if (path / "config.json").is_file():
-            return Check("model", "ok", f"local model directory '{cfg.model}'")
-        steps = sorted(p.name for p in (path / "checkpoints").glob("step_*")) if path.is_dir() else []
-        if (path / "config.yaml").is_file() or steps:   # a training run's folder
-            hint = f": use one of its checkpoints, e.g. {path / 'checkpoints' / steps[-1]}" if steps else \
-                " with no checkpoint yet"
-            return Check("model", "fail", f"model={cfg.model} is a training run's folder, not a model{hint}")
-        return Check("model", "fail", f"'{cfg.model}' is a local path without config.json: not a Hugging Face "
-                                      f"model directory")
+    if path.exists():   # a saved model folder a loader can read (the check eval and the relay make, one home)
+        try:
+            check_model_files(path, what=f"model={cfg.model}")
+        except ModelSourceError as exc:
+            return Check("model", "fail", str(exc))
+        return Check("model", "ok", f"local model directory '{cfg.model}'")
     first = path.parts[0] if path.parts else ""
     if cfg.model.startswith((".", "/", "~")) or (len(path.parts) > 1 and Path(first).is_dir()):
         return Check("model", "fail", f"model={cfg.model}: no such model folder (its folder '{path.parent}' "

@@ -210,6 +210,17 @@ def torch_threads(cfg: Config, world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // world_size)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the causes of ``exc``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return launch(argv)
@@ -267,6 +278,10 @@ def launch(argv: list[str] | None = None) -> int:
             print(f"{exc}, resume point saved: {resume_hint(cfg.run_dir)}", file=sys.stderr)
         return PREEMPTED_EXIT
     except Exception as exc:   # a failure inside the run: one line per rank (the traceback on request)
+        if _interrupted(exc):   # a Ctrl-C that a library turned into its own error on the way out
+            if d.is_main:
+                print(f"\ninterrupted (Ctrl-C): {resume_hint(cfg.run_dir)}", file=sys.stderr)
+            return INTERRUPTED_EXIT
         if debug():
             traceback.print_exc()
         kept = f"checkpoints so far kept; {resume_hint(cfg.run_dir)}"
