@@ -2,7 +2,10 @@
 
 pass@k uses the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)``, in its numerically
 stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``. Intervals are percentile bootstraps over problems
-with a fixed seed, so the same inputs always give the same interval.
+with a fixed seed, so the same inputs always give the same interval. An average over benchmarks (the paper's Table 1
+"average" column: the unweighted mean of each benchmark's avg@n) resamples problems within each benchmark
+(``stratified_bootstrap_ci``, ``paired_stratified_bootstrap``): the benchmarks are fixed, their problems are the
+sample.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["k_grid", "pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "pass_at_k_curve", "summarize",
-           "N_BOOT", "SEED"]
+__all__ = ["k_grid", "pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "stratified_bootstrap_ci",
+           "paired_stratified_bootstrap", "pass_at_k_curve", "summarize", "N_BOOT", "SEED"]
 
 N_BOOT = 2000   # bootstrap resamples
 SEED = 0        # bootstrap seed (fixed: intervals are reproducible)
@@ -97,6 +100,52 @@ def paired_bootstrap(a, b, *, n_boot: int = 2000, alpha: float = 0.05, seed: int
     boots = d[idx].mean(axis=1)
     low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
     diff = float(d.mean())
+    p = 2 * min(np.mean(boots <= 0), np.mean(boots >= 0))
+    return {"diff": diff, "low": float(low), "high": float(high), "p_value": float(min(1.0, p))}
+
+
+def _mean_of_means_boots(groups, n_boot: int, seed: int) -> tuple[float, np.ndarray]:
+    """(mean over groups of each group's mean, the same statistic on ``n_boot`` resamples): each resample draws every
+    group's problems with replacement from that group alone, groups in the order given, from one seeded stream."""
+    groups = [np.asarray(g, dtype=np.float64) for g in groups]
+    if not groups or any(g.ndim != 1 or g.size == 0 for g in groups):
+        raise ValueError("a stratified bootstrap needs at least one group, each a non-empty 1-D array of scores")
+    rng = np.random.default_rng(seed)
+    boots = np.zeros(n_boot)   # [n_boot]
+    for g in groups:
+        idx = rng.integers(0, g.size, size=(n_boot, g.size))
+        boots += g[idx].mean(axis=1)
+    return float(np.mean([g.mean() for g in groups])), boots / len(groups)
+
+
+def stratified_bootstrap_ci(groups, *, n_boot: int = N_BOOT, alpha: float = 0.05,
+                            seed: int = SEED) -> tuple[float, float, float]:
+    """The unweighted mean over groups (benchmarks) of each group's mean score, with a percentile bootstrap
+    interval that resamples problems within each group: ``(estimate, low, high)``.
+
+    ``groups``: one array of per-problem scores per benchmark, shape [P_b] each. Each benchmark counts once
+    whatever its size (Table 1's average of six benchmarks); a group of one problem contributes no spread."""
+    est, boots = _mean_of_means_boots(groups, n_boot, seed)
+    low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return est, float(low), float(high)
+
+
+def paired_stratified_bootstrap(groups_a, groups_b, *, n_boot: int = N_BOOT, alpha: float = 0.05,
+                                seed: int = SEED) -> dict:
+    """Model A minus model B on an average over benchmarks: ``paired_bootstrap`` with the problems resampled within
+    each benchmark. ``groups_a[j]``, ``groups_b[j]``: the two models' scores on benchmark j's shared problems, in the
+    same problem order. Returns ``{"diff", "low", "high", "p_value"}`` (p: two-sided, as ``paired_bootstrap``)."""
+    if len(groups_a) != len(groups_b):
+        raise ValueError(f"paired stratified bootstrap: {len(groups_a)} benchmarks for A, {len(groups_b)} for B")
+    diffs = []
+    for j, (a, b) in enumerate(zip(groups_a, groups_b)):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape:
+            raise ValueError(f"paired stratified bootstrap: benchmark {j} has shapes {a.shape} and {b.shape}; pair "
+                             f"the scores by problem first")
+        diffs.append(a - b)
+    diff, boots = _mean_of_means_boots(diffs, n_boot, seed)
+    low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
     p = 2 * min(np.mean(boots <= 0), np.mean(boots >= 0))
     return {"diff": diff, "low": float(low), "high": float(high), "p_value": float(min(1.0, p))}
 

@@ -48,8 +48,10 @@ class EvalConfig:
     samples: str | None = _f(None, "grade these completions instead of generating (one benchmark)")
     problems: str | None = _f(None, "problems file (JSONL) instead of the default source (one benchmark)")
     limit: int | None = _f(None, "only the first K problems of each benchmark")
-    lcb_release: str | None = _f(None, "LiveCodeBench release tag (default v6: the problems added in release_v6; "
-                                       "release_vN, vN, vA_vB, release_latest, or 'all' for every file given)")
+    lcb_release: str | None = _f(None, "LiveCodeBench release tag, its files and its contest-date window in either "
+                                       "source form (default v6: 2025-02-01..2025-05-01 inclusive, the problems "
+                                       "added in release_v6; release_vN, vN, vA_vB, release_latest, or 'all' for "
+                                       "every file given, whole; scoring/benchmarks/livecodebench.py)")
     lcb_start_date: str | None = _f(None, "LiveCodeBench: first contest date, YYYY-MM-DD (inclusive)")
     lcb_end_date: str | None = _f(None, "LiveCodeBench: last contest date, YYYY-MM-DD (inclusive)")
     # --- generation: unset (null) = the benchmark's default (math: n 32, temperature 0.6, top-p 0.95, 4096 tokens,
@@ -89,7 +91,7 @@ class EvalConfig:
     # --- output -------------------------------------------------------------------------------------------------
     out: str = _f("results/eval", "results root: <out>/<model>/<benchmark>.jsonl and the leaderboard")
     baseline: str | None = _f(None, "the model the leaderboard's paired comparisons are against (default: the "
-                                    "first)")
+                                    "first --model given)")
     progress: bool = _f(True, "progress bars")
 
 

@@ -1,17 +1,33 @@
 """Leaderboard of every model under a results root: ``python -m eval.leaderboard results/eval``.
 
 Reads ``<root>/<model>/<benchmark>.jsonl`` sample files (and ``<root>/<model>/lm_eval.json`` from the
-lm-evaluation-harness bridge) and writes ``<root>/leaderboard.md`` and ``<root>/leaderboard.csv``:
+lm-evaluation-harness bridge) and writes ``<root>/leaderboard.md``, ``<root>/leaderboard.csv`` and
+``<root>/leaderboard.json``:
 
-- avg@n per model and benchmark with its 95 % bootstrap interval over problems and the problem count beside it,
-  and the unweighted average over the model's sample-file benchmarks;
+- avg@n per model and benchmark with its 95 % bootstrap interval over problems and the problem count beside it;
+- the **average** (the paper's Table 1 column): the unweighted mean of the benchmarks' avg@n over one benchmark
+  list, the same for every model (``--average aime24,aime25,...``; default: every sample-file benchmark that every
+  model on the board has scored, named in the table's header), with a 95 % bootstrap interval that resamples
+  problems within each benchmark (``contracts.passk.stratified_bootstrap_ci``). A model missing one of the listed
+  benchmarks has no average (the cell names what is missing) rather than an average over fewer;
 - pass@k for k = 1, 2, 4, ... n per model and benchmark;
-- a paired bootstrap of each model against the baseline (the first model, or ``--baseline``) on shared problems;
-- lm-eval tasks as extra columns: the task's main metric, ±1.96 standard errors, and the sample count;
+- a paired bootstrap of each model against the baseline on shared problems, per benchmark and for the average
+  (paired by problem id within each benchmark, ``contracts.passk.paired_stratified_bootstrap``);
+- lm-eval tasks as extra columns: the task's main metric, ±1.96 standard errors, and the sample count (never in
+  the average: they have no per-problem scores here);
 - samples that could not be graded (verdict ``grader_error``, or ``timeout``: the grader's own limit) are left out
   of every number above and counted beside them ("N ungraded"), with a warning under the table.
 
-The CSV is long-format: one row per (model, benchmark) with every number.
+**Model order and the baseline.** ``--models A,B,C`` puts exactly those models on the board, in that order.
+Without it, every model folder is on the board, oldest first: a folder's time is the oldest modification time
+among its results files (ties by name). ``eval.run`` writes its ``--model`` list in order, so on a fresh ``--out``
+this is the order the models were given; a folder whose files are rewritten later (a resume that grades again)
+moves back, so pass ``--models`` or ``--baseline`` where the order matters. The baseline of the paired
+comparisons is ``--baseline``, else the first model on the board.
+
+The CSV is long-format: one row per (model, benchmark) with every number, then one ``average`` row per model; the
+paired difference to the baseline sits in the same rows. The JSON holds the whole board as ``build_leaderboard``
+returns it.
 """
 
 from __future__ import annotations
@@ -25,12 +41,14 @@ import sys
 from pathlib import Path
 
 from contracts.commands import EXIT_CODES_HELP, points, pct, run_command
+from contracts.files import atomic_path, atomic_write_json, atomic_write_text
 from scoring.benchmarks.base import UNGRADED_VERDICTS
 from eval.lm_eval_bridge import LM_EVAL_FILE
-from eval.metrics import compare, counts, summarize
+from eval.metrics import average, compare, compare_average, counts, summarize
 from eval.samples import read_samples
 
-__all__ = ["build_leaderboard", "write_leaderboard", "lm_eval_entries", "graded_rows", "main"]
+__all__ = ["build_leaderboard", "write_leaderboard", "render_markdown", "average_line", "lm_eval_entries", "graded_rows",
+           "main"]
 
 
 def graded_rows(rows) -> tuple[list[dict], int, int]:
@@ -90,17 +108,25 @@ def _result_rows(path: Path) -> tuple[list[dict], str | None]:
     return rows, None
 
 
-def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -> dict:
-    """Scores of every model folder under ``root``. Returns ``{"entries": [...], "models": [...],
-    "benchmarks": [...], "averages": {model: (mean, count)}, "paired": [...], "baseline": name, "skipped": [...]}``.
+def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None, models: list[str] | None = None,
+                      average: list[str] | None = None) -> dict:
+    """Scores of the model folders under ``root`` (the module docstring: order, baseline, average). Returns
+    ``{"entries": [...], "models": [...], "benchmarks": [...], "average": {...}, "paired": [...], "baseline": name,
+    "skipped": [...]}``; ``average`` is ``{"benchmarks": [...], "chosen": "given" | "shared", "models": {model:
+    {"avg", "low", "high", "problems": [...]} or {"avg": None, "missing": [...]}}}`` and ``paired`` holds one row per
+    (model, benchmark) and one per model with ``"benchmark": "average"`` (``problems``: the shared problems, summed
+    over the average's benchmarks; ``problems_by_benchmark`` beside it).
+
+    ``models``: exactly these model folders, in this order (default: all, oldest first). ``average``: the benchmark
+    list of the average (default: every sample-file benchmark all the models have scored).
 
     A JSONL (or ``lm_eval.json``) file under a model folder that is not a results file (a stray copy, a malformed
     line) is left out, and ``skipped`` holds one line naming it and why: the caller prints it as a warning. Not an
     error: one stray file should not keep the board of everything else from being written, and the warning names
-    it (a resume of that very file by ``eval.run`` still refuses a malformed one). ValueError for a ``baseline``
-    that is not among the models."""
+    it (a resume of that very file by ``eval.run`` still refuses a malformed one). ValueError for a ``baseline`` or
+    one of ``models`` that is not among the models, and for an ``average`` benchmark no model has sample files of."""
     root = Path(root)
-    entries, rows_by, skipped = [], {}, []
+    entries, rows_by, skipped, written = [], {}, [], {}
     for d in sorted(x for x in root.iterdir() if x.is_dir()):
         for f in sorted(d.glob("*.jsonl")):
             if f.name.endswith(".disagreements.jsonl"):
@@ -110,6 +136,7 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
                 skipped.append(why)
             if not all_rows:
                 continue
+            written[d.name] = min(written.get(d.name, math.inf), f.stat().st_mtime)
             rows, ungraded, _ = graded_rows(all_rows)
             versions = sorted({str(r["settings"].get("benchmark_version")) for r in all_rows})
             entry = {"model": d.name, "benchmark": f.stem, "source": "samples", "version": "/".join(versions),
@@ -125,23 +152,33 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
             entries.append(entry)
         if (d / LM_EVAL_FILE).is_file():
             try:
-                entries += lm_eval_entries(d.name, json.loads((d / LM_EVAL_FILE).read_text()))
+                found = lm_eval_entries(d.name, json.loads((d / LM_EVAL_FILE).read_text()))
             except (ValueError, TypeError, AttributeError) as e:
                 skipped.append(f"skipped {d / LM_EVAL_FILE}: not an lm-eval results file ({type(e).__name__}: "
                                f"{' '.join(str(e).split())[:120]})")
-    models = sorted({e["model"] for e in entries})
+            else:
+                entries += found
+                if found:
+                    written[d.name] = min(written.get(d.name, math.inf), (d / LM_EVAL_FILE).stat().st_mtime)
+    found_models = sorted({e["model"] for e in entries}, key=lambda m: (written[m], m))
+    if models is not None:
+        unknown = [m for m in models if m not in found_models]
+        if unknown or len(set(models)) != len(models) or not models:
+            raise ValueError(f"--models {','.join(models)}: " + (
+                f"no results of {unknown[0]!r} under {root}" if unknown else "names a model twice" if models else
+                "names no model") + f"; choose from: {', '.join(sorted(found_models)) or '(none: no results yet)'}")
+        entries = [e for e in entries if e["model"] in models]
+        found_models = list(models)
+    board_models = found_models
     benches = sorted({e["benchmark"] for e in entries}, key=lambda b: (b.startswith("lm:"), _order(b)))
-    averages = {}
-    for m in models:
-        vals = [e["avg"] for e in entries if e["model"] == m and e["source"] == "samples" and e["avg"] is not None]
-        if vals:
-            averages[m] = (sum(vals) / len(vals), len(vals))
-    if baseline is not None and baseline not in models:
-        raise ValueError(f"--baseline {baseline!r} is not among the models under {root}; choose one of: "
-                         f"{', '.join(models) if models else '(none: no results yet)'}")
-    base = baseline or (models[0] if models else None)
+    if baseline is not None and baseline not in board_models:
+        raise ValueError(f"--baseline {baseline!r} is not among the models " + (
+            f"given with --models ({', '.join(board_models)})" if models is not None else f"under {root}")
+            + f"; choose one of: {', '.join(sorted(board_models)) if board_models else '(none: no results yet)'}")
+    base = baseline or (board_models[0] if board_models else None)
+    avg = _average(board_models, benches, rows_by, average, root)
     paired = []
-    for m in models:
+    for m in board_models:
         if m == base:
             continue
         for b in benches:
@@ -151,8 +188,45 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None) -
                 except ValueError:   # no shared problems
                     continue
                 paired.append({"model": m, "baseline": base, "benchmark": b, **r})
-    return {"entries": entries, "models": models, "benchmarks": benches, "averages": averages, "paired": paired,
+        if avg["benchmarks"] and avg["models"][m]["avg"] is not None and avg["models"][base]["avg"] is not None:
+            try:
+                r = compare_average([rows_by[(m, b)] for b in avg["benchmarks"]],
+                                    [rows_by[(base, b)] for b in avg["benchmarks"]])
+            except ValueError:   # a benchmark without shared problems: no paired average
+                continue
+            paired.append({"model": m, "baseline": base, "benchmark": "average", **r, "problems": sum(r["problems"]),
+                           "problems_by_benchmark": r["problems"]})
+    return {"entries": entries, "models": board_models, "benchmarks": benches, "average": avg, "paired": paired,
             "baseline": base, "skipped": skipped}
+
+
+def _average(models: list[str], benches: list[str], rows_by: dict, given: list[str] | None, root: Path) -> dict:
+    """The average column: its benchmark list (given, or every sample-file benchmark each model has scored rows of)
+    and each model's mean with its interval (``eval.metrics.average``), or what the model is missing."""
+    scored = [b for b in benches if not b.startswith("lm:") and any((m, b) in rows_by for m in models)]
+    if given is not None:
+        for b in given:
+            if b.startswith("lm:"):
+                raise ValueError(f"--average {','.join(given)}: {b} is an lm-eval task, which has no per-problem "
+                                 f"scores to resample; list sample-file benchmarks only (choose from: "
+                                 f"{', '.join(scored) or '(none)'})")
+            if b not in scored:
+                raise ValueError(f"--average {','.join(given)}: no model under {root} has scored {b!r}; choose from: "
+                                 f"{', '.join(scored) or '(none: no sample files yet)'}")
+        if len(set(given)) != len(given) or not given:
+            raise ValueError(f"--average {','.join(given)}: " + ("names a benchmark twice" if given else
+                             "names no benchmark") + f"; choose from: {', '.join(scored) or '(none)'}")
+        chosen, names = "given", list(given)
+    else:
+        chosen, names = "shared", [b for b in scored if all((m, b) in rows_by for m in models)]
+    per_model = {}
+    for m in models:
+        missing = [b for b in names if (m, b) not in rows_by]
+        if not names or missing:
+            per_model[m] = {"avg": None, "missing": missing}
+            continue
+        per_model[m] = average([rows_by[(m, b)] for b in names])
+    return {"benchmarks": names, "chosen": chosen, "models": per_model}
 
 
 def _order(bench: str) -> tuple:
@@ -165,12 +239,29 @@ def _pct(x) -> str:
     return "" if x is None else pct(x, unit="")   # the headers say %
 
 
+def _average_cell(a: dict) -> str:
+    if a["avg"] is None:
+        return f"n/a (no {', '.join(a['missing'])})" if a.get("missing") else ""
+    return f"{_pct(a['avg'])} [{_pct(a['low'])}, {_pct(a['high'])}]"
+
+
+def average_line(board: dict) -> str:
+    """What the average column is: its benchmarks, how they were chosen, how its interval is drawn."""
+    avg = board["average"]
+    if not avg["benchmarks"]:
+        return ("average: none (no sample-file benchmark every model on the board has scored; `--average a,b` lists "
+                "the benchmarks)")
+    how = "as given by --average" if avg["chosen"] == "given" else "every benchmark all the models have; --average chooses"
+    return (f"average: unweighted mean of avg@n over {', '.join(avg['benchmarks'])} ({how}); 95% CI: bootstrap over "
+            f"problems within each benchmark")
+
+
 def render_markdown(board: dict) -> str:
     entries = {(e["model"], e["benchmark"]): e for e in board["entries"]}
     benches, models = board["benchmarks"], board["models"]
     if not models:
         return "(no results)\n"
-    lines = ["## avg@n, % (95% bootstrap CI over problems; P problems, n samples each)", "",
+    lines = ["## avg@n, % (95% bootstrap CI over problems; P problems, n samples each)", "", average_line(board), "",
              "| model | " + " | ".join(benches) + " | average |", "|---" * (len(benches) + 2) + "|"]
     for m in models:
         cells = []
@@ -184,8 +275,7 @@ def render_markdown(board: dict) -> str:
             if e.get("ungraded"):
                 size += f", {e['ungraded']} ungraded"
             cells.append(f"{_pct(e['avg']) if e['avg'] is not None else 'n/a'}{ci} ({size})")
-        avg = board["averages"].get(m)
-        cells.append("" if avg is None else f"{_pct(avg[0])} ({avg[1]} benchmark{'s' * (avg[1] != 1)})")
+        cells.append(_average_cell(board["average"]["models"][m]))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     bad = [e for e in board["entries"] if e.get("ungraded")]
     if bad:
@@ -202,7 +292,8 @@ def render_markdown(board: dict) -> str:
                 lines.append(f"| {e['model']} | {e['benchmark']} | {e['problems']} | {e['n']} | "
                              + " | ".join(_pct(e["pass"].get(k)) for k in ks) + " |")
     if board["paired"]:
-        lines += ["", f"## paired bootstrap vs {board['baseline']} (avg@n difference, % points, 95% CI, p)", "",
+        lines += ["", f"## paired bootstrap vs {board['baseline']} (avg@n difference, % points, 95% CI, p; the "
+                      f"average: paired by problem within each benchmark)", "",
                   "| model | benchmark | shared P | diff | CI | p |", "|---|---|---|---|---|---|"]
         for p in board["paired"]:
             lines.append(f"| {p['model']} | {p['benchmark']} | {p['problems']} | {points(p['diff'])} | "
@@ -211,37 +302,61 @@ def render_markdown(board: dict) -> str:
 
 
 def write_leaderboard(board: dict, root: str | os.PathLike) -> str:
-    """Write ``leaderboard.md`` and ``leaderboard.csv`` under ``root``; return the markdown (for printing)."""
+    """Write ``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.json`` under ``root`` (each whole or not at
+    all); return the markdown (for printing)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     md = render_markdown(board)
-    (root / "leaderboard.md").write_text(md, encoding="utf-8")
+    atomic_write_text(root / "leaderboard.md", md)
     ks = sorted({k for e in board["entries"] for k in e["pass"]})
-    with open(root / "leaderboard.csv", "w", newline="", encoding="utf-8") as f:
+    paired = {(p["model"], p["benchmark"]): p for p in board["paired"]}
+
+    def vs_base(model: str, bench: str) -> list:
+        p = paired.get((model, bench))
+        return ["", "", "", "", ""] if p is None else [p["baseline"], p["diff"], p["low"], p["high"], p["p_value"]]
+
+    with atomic_path(root / "leaderboard.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["model", "benchmark", "source", "version", "problems", "n", "avg", "ci_low", "ci_high"]
-                   + [f"pass@{k}" for k in ks] + ["ungraded"])
+                   + [f"pass@{k}" for k in ks] + ["ungraded", "baseline", "diff", "diff_low", "diff_high", "p_value"])
         for e in board["entries"]:
             w.writerow([e["model"], e["benchmark"], e["source"], e["version"], e["problems"], e["n"], e["avg"],
-                        e["ci_low"], e["ci_high"]] + [e["pass"].get(k, "") for k in ks] + [e.get("ungraded", "")])
-        for m, (avg, cnt) in board["averages"].items():
-            w.writerow([m, "average", "samples", f"{cnt} benchmarks", "", "", avg, "", ""] + [""] * len(ks) + [""])
+                        e["ci_low"], e["ci_high"]] + [e["pass"].get(k, "") for k in ks] + [e.get("ungraded", "")]
+                       + vs_base(e["model"], e["benchmark"]))
+        avg = board["average"]
+        for m in board["models"]:
+            a = avg["models"][m]
+            if a["avg"] is None:
+                continue
+            w.writerow([m, "average", "samples", "+".join(avg["benchmarks"]), sum(a["problems"]), "", a["avg"],
+                        a["low"], a["high"]] + [""] * len(ks) + [""] + vs_base(m, "average"))
+    atomic_write_json(root / "leaderboard.json", {k: v for k, v in board.items() if k != "skipped"})
     return md
 
 
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command line (``contracts.commands``): 0; 2 with one line for a root that is not a results folder or an
-    unknown ``--baseline``; 1 with one line for a failure while reading or writing."""
+    """The command line (``contracts.commands``): 0; 2 with one line for a root that is not a results folder, an
+    unknown ``--baseline``, ``--models`` name or ``--average`` benchmark; 1 with one line for a failure while reading
+    or writing."""
     p = argparse.ArgumentParser(prog="python -m eval.leaderboard", description=__doc__.split("\n\n")[0],
                                 epilog=EXIT_CODES_HELP)
     p.add_argument("root", nargs="?", default="results/eval", help="results root (default results/eval)")
-    p.add_argument("--baseline", default=None, help="model the paired comparisons are against (default: first)")
+    p.add_argument("--models", type=_names, default=None, metavar="A,B,C",
+                   help="exactly these model folders, in this order (default: all, oldest results first)")
+    p.add_argument("--baseline", default=None,
+                   help="model the paired comparisons are against (default: the first model on the board)")
+    p.add_argument("--average", type=_names, default=None, metavar="B1,B2",
+                   help="benchmarks of the average column (default: every benchmark all the models have scored)")
     args = p.parse_args(argv)
 
     def body() -> int:
         if not Path(args.root).is_dir():
             raise ValueError(f"{args.root} is not a directory of eval results (python -m eval.run writes them)")
-        board = build_leaderboard(args.root, baseline=args.baseline)   # ValueError: an unknown --baseline
+        # ValueError: an unknown --baseline, --models name or --average benchmark
+        board = build_leaderboard(args.root, baseline=args.baseline, models=args.models, average=args.average)
         for why in board["skipped"]:
             print(f"warning: {why}", file=sys.stderr, flush=True)
         print(write_leaderboard(board, args.root))

@@ -325,7 +325,9 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     if (ungraded and not cfg.allow_ungraded) or not out.is_dir():
         return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
     try:
-        board = build_leaderboard(out, baseline=cfg.baseline)
+        # the baseline: --baseline, else the first --model of this command (not the alphabetically first folder)
+        first = next((name for _, name in pairs if any((out / name).glob("*.jsonl"))), None)
+        board = build_leaderboard(out, baseline=cfg.baseline or first)
     except ValueError as e:   # --baseline among no model with rows (checked against the folders above)
         raise EvalInputError(str(e)) from None
     for why in board["skipped"]:

@@ -6,7 +6,7 @@
 | ``qwen-math`` | Qwen2.5-Math (the paper's 7B runs) | its chat format, written out (no chat template needed) |
 | ``qwen-boxed`` | chat models | question + boxed instruction, through the tokenizer's chat template when it has one |
 | ``r1`` | DeepSeek-R1-Distill-Qwen | R1's user turn with the boxed instruction, ending in ``<think>\\n`` |
-| ``lcb`` | LiveCodeBench | lcb_runner's system prompt + question via the chat template (``lcb_prompt``) |
+| ``lcb`` | LiveCodeBench | lcb_runner@28fef95's system prompt + question via the chat template (``lcb_prompt``) |
 
 The rendered text is tokenized with ``tokenizer(text, add_special_tokens=False)`` (docs/architecture.md), so every
 special token a model needs (``<|im_start|>``, ``<｜begin▁of▁sentence｜>``) is spelled out here.
@@ -14,17 +14,23 @@ special token a model needs (``<|im_start|>``, ``<｜begin▁of▁sentence｜>``
 
 from __future__ import annotations
 
-__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "render_prompt", "lcb_prompt", "lcb_question"]
+__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "render_prompt", "lcb_prompt", "lcb_question", "SYSTEM_PROMPT",
+           "LCB_RUNNER_REVISION"]
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
-# LiveCodeBench (lcb_runner's generic prompt, ``lcb_runner/prompts/code_generation.py``)
+# LiveCodeBench: lcb_runner's generic chat prompt, every string from one revision,
+# LiveCodeBench/LiveCodeBench@28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24:lcb_runner/prompts/code_generation.py
+# (``PromptConstants``; the file last changed in 3a2406e, 2025-04-21; ``format_prompt_generation`` gives chat
+# styles SYSTEM_MESSAGE_GENERIC as the system turn and ``get_generic_question_template_answer`` as the user turn).
+# Since 264e841 (2024-12-26) SYSTEM_MESSAGE_GENERIC no longer ends in "You will NOT return anything except for the
+# program." and FORMATTING_WITHOUT_STARTER_CODE goes on after "as follows."; the pair below is that revision's,
+# and KlearReasoner's code rows open with the same system sentence (Kwai-Klear/KlearReasoner@3422f6d:README.md).
+LCB_RUNNER_REVISION = "LiveCodeBench/LiveCodeBench@28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24"
 SYSTEM_PROMPT = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
-                 "generate a correct Python program that matches the specification and passes all tests. You will "
-                 "NOT return anything except for the program.")
+                 "generate a correct Python program that matches the specification and passes all tests.")
 FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
                        "code within delimiters.")
-# lcb_runner's current wording (older revisions end after "as follows.")
 FORMAT_WITHOUT_STARTER = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not "
                           "directly test on the sample inputs). Enclose your code within delimiters as follows. "
                           "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "

@@ -101,20 +101,22 @@ def test_grade_code_functional_semantics():
 def test_release_and_date_filters_count_problems():
     def ids(**kw):
         return [p.id for p in lcb.load(**kw)]
-    assert ids(path=FIXTURES) == ["abc395_a", "abc396_b", "3488", "abc390_a"]          # default v6 = test6.jsonl
+    # default v6: test6.jsonl within 2025-02-01..2025-05-01, the January row left out (tests/test_lcb_v6.py)
+    assert ids(path=FIXTURES) == ["abc395_a", "abc396_b", "3488"]
     assert len(ids(path=FIXTURES, release="release_v6")) == 6
     assert ids(path=FIXTURES, release="release_v1") == ["cf1850_a"]
     assert ids(path=FIXTURES, release="v5") == ["3301"]
     assert len(ids(path=FIXTURES, release="v5_v6")) == 5
-    # one file + a release tag: the tag's month window (v6: 2025-02-01..2025-04-30) drops the January problem
+    # one file + a release tag: the same window drops the January problem
     assert ids(path=FIXTURES / "test6.jsonl") == ["abc395_a", "abc396_b", "3488"]
     assert len(ids(path=FIXTURES / "test6.jsonl", release=None)) == 4
     assert ids(path=FIXTURES, release="release_v6", start_date="2025-03-01") == ["abc395_a", "abc396_b"]
     assert ids(path=FIXTURES, release="release_v6", start_date="2024-01-01", end_date="2025-03-01") == \
         ["3301", "abc395_a", "3488", "abc390_a"]                                      # inclusive ends
     ps = lcb.load(FIXTURES)
-    assert lcb.selection_summary(ps) == "livecodebench release=v6: 4 problems (2025-01-26..2025-03-08)"
-    assert lcb.RELEASES["v6"][1:] == (lcb.date(2025, 2, 1), lcb.date(2025, 4, 30))
+    assert lcb.selection_summary(ps) == ("livecodebench release=v6: 3 problems (2025-02-15..2025-03-08); 1 row of "
+                                         "test6.jsonl dated outside the release's window left out")
+    assert lcb.RELEASES["v6"][1:] == (lcb.date(2025, 2, 1), lcb.date(2025, 5, 1))
     with pytest.raises(ValueError, match="unknown LiveCodeBench release"):
         lcb.load(FIXTURES, release="v7")
     with pytest.raises(FileNotFoundError, match="missing"):

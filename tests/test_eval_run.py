@@ -99,16 +99,18 @@ def test_leaderboard_numbers(tmp_path):
     assert a["pass"] == {1: pytest.approx(0.5), 2: pytest.approx(11 / 18), 4: pytest.approx(2 / 3)}
     assert e[("a", "aime24")]["avg"] == pytest.approx(0.25)
     assert e[("a", "aime24")]["pass"] == {1: pytest.approx(0.25), 2: pytest.approx(0.5)}
-    assert board["averages"]["a"] == (pytest.approx((0.5 + 0.25) / 2), 2)
-    assert board["averages"]["b"] == (pytest.approx(1.0), 1)
+    # the average is over the benchmarks every model has (math500; b has no aime24), the same list for both
+    assert board["average"]["benchmarks"] == ["math500"] and board["average"]["chosen"] == "shared"
+    assert board["average"]["models"]["a"]["avg"] == pytest.approx(0.5)
+    assert board["average"]["models"]["b"]["avg"] == pytest.approx(1.0)
     assert board["benchmarks"] == ["aime24", "math500"]          # registry order
-    [p] = board["paired"]
+    p, pa = board["paired"]
     assert (p["model"], p["baseline"], p["benchmark"], p["problems"]) == ("b", "a", "math500", 3)
-    assert p["diff"] == pytest.approx(0.5)
+    assert p["diff"] == pytest.approx(0.5) and (pa["benchmark"], pa["diff"]) == ("average", pytest.approx(0.5))
     md = write_leaderboard(board, tmp_path)
-    assert "| a | 25.0 [0.0, 50.0] (P=2, n=2) | 50.0 [" in md and "(P=3, n=4) | 37.5 (2 benchmarks) |" in md
+    assert "| a | 25.0 [0.0, 50.0] (P=2, n=2) | 50.0 [" in md and "(P=3, n=4) | 50.0 [0.0, 100.0] |" in md
     assert "| a | math500 | 3 | 4 | 50.0 | 61.1 | 66.7 |" in md and "| a | aime24 | 2 | 2 | 25.0 | 50.0 |  |" in md
-    assert "| b |  | 100.0 [100.0, 100.0] (P=3, n=4) | 100.0 (1 benchmark) |" in md
+    assert "| b |  | 100.0 [100.0, 100.0] (P=3, n=4) | 100.0 [100.0, 100.0] |" in md
     rows = list(csv.DictReader(open(tmp_path / "leaderboard.csv")))
     r = next(x for x in rows if x["model"] == "a" and x["benchmark"] == "math500")
     assert float(r["avg"]) == pytest.approx(0.5) and float(r["pass@2"]) == pytest.approx(11 / 18)
@@ -143,7 +145,7 @@ def test_lm_eval_results_become_leaderboard_rows(tmp_path):
     (tmp_path / "m" / "lm_eval.json").write_text(json.dumps(results))
     board = build_leaderboard(tmp_path)
     assert board["benchmarks"] == ["math500", "lm:arc_easy", "lm:broken", "lm:gsm8k"]
-    assert board["averages"]["m"] == (0.5, 1)
+    assert board["average"]["benchmarks"] == ["math500"] and board["average"]["models"]["m"]["avg"] == 0.5
     assert "25.0 [15.2, 34.8] (P=100) |" in render_markdown(board)
 
 
@@ -425,6 +427,13 @@ def test_tiny_model_end_to_end(tiny_model, tmp_path):
     assert path.read_bytes() == before
     with pytest.raises(ValueError, match="other settings"):
         run.main(args[:-2] + ["--engine", "hf", "--seed", "1"])
+    # two models in one command: the leaderboard's baseline is the first given, not the alphabetically first
+    two = run.run_eval(EvalConfig(models=[str(tiny_model), str(tiny_model)], names=["zeta", "alpha"],
+                                  benchmarks=["addition"], n=2, limit=4, max_tokens=16, out=str(tmp_path / "two"),
+                                  engine="hf", progress=False), log=lambda m: None)
+    assert two["leaderboard"]["baseline"] == "zeta"
+    assert [(p["model"], p["baseline"]) for p in two["leaderboard"]["paired"] if p["benchmark"] == "addition"] == \
+        [("alpha", "zeta")]
 
 
 # ---- grader failures are never scores -------------------------------------------------------------------------
@@ -529,7 +538,7 @@ def test_lcb_release_flags_are_recorded_and_printed(tmp_path, capsys):
     assert all(r["settings"]["data"] == data for r in rows)
     # the same results folder with another selection: refused, nothing appended
     before = (tmp_path / "out" / "m" / "livecodebench.jsonl").read_bytes()
-    _lcb_samples(s, skip=("cf1850_a", "abc396_b", "3301"))   # same file name, the v6 problems only
+    _lcb_samples(s, skip=("cf1850_a", "abc396_b", "3301", "abc390_a"))   # same file name, v6 problems only
     with pytest.raises(SystemExit, match="written from other data .*release v5_v6.*this run: .*release v6"):
         _lcb(s, tmp_path / "out", "--lcb-release", "v6", "--lcb-end-date", "2025-03-01")
     assert (tmp_path / "out" / "m" / "livecodebench.jsonl").read_bytes() == before

@@ -16,24 +16,45 @@ two most recent problems).
 
 **Releases** (lcb_runner ``--release_version``; the dataset card gives the windows by month):
 
-| tag | files | problems | contest dates |
+| tag | files | problems | contest dates (inclusive) |
 |---|---|---|---|
-| release_v1 | test.jsonl | 400 | 2023-05 .. 2024-03 |
-| release_v2 | + test2.jsonl | 511 | 2023-05 .. 2024-05 |
-| release_v3 | + test3.jsonl | 612 | 2023-05 .. 2024-07 |
-| release_v4 | + test4.jsonl | 713 | 2023-05 .. 2024-09 |
-| release_v5 | + test5.jsonl | 880 | 2023-05 .. 2025-01 |
-| release_v6 | + test6.jsonl | 1055 | 2023-05 .. 2025-04 |
+| release_v1 | test.jsonl | 400 | 2023-05-01 .. 2024-03-31 |
+| release_v2 | + test2.jsonl | 511 | 2023-05-01 .. 2024-05-31 |
+| release_v3 | + test3.jsonl | 612 | 2023-05-01 .. 2024-07-31 |
+| release_v4 | + test4.jsonl | 713 | 2023-05-01 .. 2024-09-30 |
+| release_v5 | + test5.jsonl | 880 | 2023-05-01 .. 2025-01-31 |
+| release_v6 | + test6.jsonl | 1055 | 2023-05-01 .. 2025-05-01 |
 
-``vN`` is the problems added in release N only (``testN.jsonl``; ``v6`` = the 175 problems added in release_v6,
-which is how we read the paper's "LiveCodeBench-v6"), ``vA_vB`` releases A..B. Given a folder, a tag selects
-files (the authoritative membership). Given a single file, a tag selects by the contest-date window in the table (month
-granularity, from the dataset card: ``v6`` = 2025-02-01 .. 2025-04-30; pass ``release=None`` to keep the file
-whole). ``start_date``/``end_date`` (``YYYY-MM-DD``, inclusive, compared on the contest's calendar date, like
-lcb_runner's ``--start_date``/``--end_date``) narrow either. ``selection_summary(problems)`` is the line to print
-next to a score: what was selected and how many problems.
+``vN`` is the problems added in release N (``testN.jsonl``), ``vA_vB`` releases A..B, ``release_vN`` all up to N.
+**A tag is one problem set whatever the source form**: the tag's files *and* its contest-date window. Given a
+folder, the tag's files are read and the window applied to them; given one file (``test6.jsonl`` itself, or a
+file holding several releases), the window is applied to it. So ``v6`` is the same problems from the folder as
+from its ``test6.jsonl`` alone, or from one file holding all six (tests/test_lcb_v6.py); a row of the tag's files
+dated outside the window is left out in both forms and counted (``selection_summary`` names the count,
+``describe`` records it). One file holding several releases can give more than the folder for a tag that ends
+before v6 only if some file holds rows dated in an earlier release's window, which the dataset card rules out.
+Pass ``release=None`` (``--lcb-release all``) for every file given, whole.
 
-**Prompt** (lcb_runner's generic chat prompt): system ``SYSTEM_PROMPT``; user = ``### Question:`` + the
+**v6** (the default; the paper's "LiveCodeBench-v6") is contest dates 2025-02-01 .. 2025-05-01, **both ends
+inclusive**, compared on the contest's calendar date. The paper states no window (§5.1 cites Jain et al. 2025);
+the published v6 numbers it is compared with do: its code setting trains Qwen3-4B-Thinking-2507 on
+KlearReasoner-CodeSub-15k, and KlearReasoner reports "v6 (2025/02/01-2025/05/01)"
+(Kwai-Klear/KlearReasoner@3422f6d:README.md, the figure caption) while Qwen's cards report "LiveCodeBench v6
+(25.02-25.05)" (the Qwen3-2507 model cards' tables, Qwen3-4B-Thinking-2507's among them): one window.
+Run through lcb_runner as ``--start_date 2025-02-01 --end_date 2025-05-01``, its filter is ``start <=
+contest_date <= end`` on datetimes (LiveCodeBench/LiveCodeBench@28fef95:lcb_runner/benchmarks/code_generation.py,
+``load_code_generation_dataset``), which includes 2025-05-01 at midnight: the end is inclusive as written. The
+dataset card's "Apr 2025" would end on 2025-04-30; release_v6's files hold no contest dated 2025-05-01 (the card:
+up to Apr 2025), so both ends select the same problems from them, the 175 of ``test6.jsonl``. That count, and
+that ``test6.jsonl`` holds no row before 2025-02-01, are the dataset card's; the dataset is not stored here to
+check. The other tags' windows are the card's months, first to last day.
+
+``start_date``/``end_date`` (``YYYY-MM-DD``, inclusive, on the contest's calendar date, like lcb_runner's
+``--start_date``/``--end_date`` for the dataset's midnight timestamps) narrow either form.
+``selection_summary(problems)`` is the line to print next to a score: what was selected and how many problems.
+
+**Prompt** (lcb_runner's generic chat prompt, pinned to one revision: ``scoring.templates``): system
+``SYSTEM_PROMPT``; user = ``### Question:`` + the
 statement, then either the starter code and "use the following starter code" or "read the inputs from stdin"
 with a ```` ```python ```` placeholder, then ``### Answer: (use the provided format with backticks)``.
 ``Problem.question`` is that user turn; ``render_prompt(question, tokenizer)`` adds the system turn through the
@@ -46,7 +67,9 @@ for all tests, lcb's stdin mock and shared ``Solution()``) on the public then th
 docs/graders.md: agreement with lcb_runner and every known difference.
 
 **Recorded**: ``python -m eval.run --lcb-release TAG --lcb-start-date D --lcb-end-date D`` select; ``describe``
-is what each result file's settings keep of the data (files, sha256, release, window, ``selection_summary``).
+is what each result line's settings keep of the data: the files with their sha256, the release, its definition
+(files, window with its inclusive ends and where it comes from), the rows left out as outside the window, and
+``selection_summary``.
 """
 
 from __future__ import annotations
@@ -68,20 +91,24 @@ from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
 from scoring.limits import CODE_LIMITS
 from scoring.templates import SYSTEM_PROMPT, lcb_prompt as render_prompt, lcb_question as question_text
 
-__all__ = ["BENCHMARK", "VERSION", "RELEASES", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
-           "tests_of", "question_text", "render_prompt", "selection_summary", "describe", "grade"]
+__all__ = ["BENCHMARK", "VERSION", "RELEASES", "WINDOW_SOURCE", "WINDOW_ENDS", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
+           "tests_of", "question_text", "render_prompt", "selection_summary", "definition", "describe", "grade"]
 
-VERSION = "livecodebench-2"   # 2: lcb_runner's extraction and harness
+VERSION = "livecodebench-3"   # 2: lcb_runner's extraction and harness; 3: one v6 definition, lcb_runner@28fef95's prompt
 HUB_DATASET = "livecodebench/code_generation_lite"   # where the files come from (not pinned: files select a release)
 DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
 
 _FILES = ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"]
-# last month of each release (dataset card); every release starts at 2023-05
+# the last contest date of each release, inclusive: the last day of the dataset card's last month for v1..v5;
+# v6 ends at KlearReasoner's 2025/05/01 (the module docstring); every release starts at 2023-05-01
 _RELEASE_END = [date(2024, 3, 31), date(2024, 5, 31), date(2024, 7, 31), date(2024, 9, 30), date(2025, 1, 31),
-                date(2025, 4, 30)]
+                date(2025, 5, 1)]
 _FIRST = date(2023, 5, 1)
+WINDOW_SOURCE = ("v6 2025-02-01..2025-05-01: Kwai-Klear/KlearReasoner@3422f6d:README.md 'v6 (2025/02/01-2025/05/01)' "
+                 "= Qwen3-2507 cards 'LiveCodeBench v6 (25.02-25.05)'; other ends: the dataset card's months")
+WINDOW_ENDS = "both inclusive, on the contest's calendar date"
 
 
 def _window(first: int, last: int) -> tuple[date, date]:
@@ -104,7 +131,17 @@ def _release_table() -> dict[str, tuple[list[str], date, date]]:
     return table
 
 
-RELEASES = _release_table()   # tag -> (files, first contest date, last contest date)
+RELEASES = _release_table()   # tag -> (files, first contest date, last contest date), both dates inclusive
+
+
+def definition(release: str | None) -> dict:
+    """What a tag selects, as the result files record it: its files and its contest-date window with the ends'
+    inclusiveness and where the window comes from (``release=None``: every file given, no window)."""
+    if release is None:
+        return {"release": "all", "files": "every file given", "window": None}
+    files, first, last = RELEASES[release]
+    return {"release": release, "files": list(files), "window": {"from": first.isoformat(), "to": last.isoformat(),
+                                                                "ends": WINDOW_ENDS, "source": WINDOW_SOURCE}}
 
 
 # --------------------------------------------------------------------------------------------- decoding
@@ -243,13 +280,14 @@ def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", s
         missing = [n for n in names if not (path / n).is_file()]
         if missing:
             raise FileNotFoundError(f"{path}: release {release or 'release_latest'} needs {names}; missing {missing}")
-        files, window = [path / n for n in names], None
+        files = [path / n for n in names]
     elif path.is_file():
         files = [path]
-        window = RELEASES[release][1:] if release is not None else None
     else:
         raise FileNotFoundError(f"LiveCodeBench problems path {path} does not exist")
-    problems, seen = [], set()
+    # one definition in both forms: the tag's window applies to the folder's files as to a single file
+    window = RELEASES[release][1:] if release is not None else None
+    problems, seen, outside = [], set(), {}
     for file in files:
         for lineno, row in iter_jsonl(file):   # streamed: the dataset's files are hundreds of MB
             where = f"{file}:{lineno}"
@@ -258,6 +296,7 @@ def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", s
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{where}: missing or malformed contest_date {row.get('contest_date')!r}") from None
             if window is not None and not window[0] <= day <= window[1]:
+                outside[file.name] = outside.get(file.name, 0) + 1
                 continue
             if (lo is not None and day < lo) or (hi is not None and day > hi):
                 continue
@@ -269,6 +308,7 @@ def load(path: str | os.PathLike | None = None, *, release: str | None = "v6", s
     label = release if release is not None else "all"
     for p in problems:
         p.meta["selection"] = _label(label, start_date, end_date)
+        p.meta["outside_window"] = outside   # one dict for the selection: what describe and the summary report
     return problems
 
 
@@ -280,11 +320,18 @@ def _label(release: str, start: str | None, end: str | None) -> str:
 
 
 def selection_summary(problems: list[Problem]) -> str:
-    """``livecodebench release=v6: 175 problems (2025-02-01..2025-04-30)``: what to print beside a score."""
+    """``livecodebench release=v6: 175 problems (2025-02-01..2025-04-30)``: what to print beside a score (the
+    first and last contest dates of the problems), with the rows of the tag's files dated outside its window."""
     if not problems:
         return "livecodebench: 0 problems"
     days = sorted(p.meta["contest_date"][:10] for p in problems)
-    return f"livecodebench {problems[0].meta.get('selection', '')}: {len(problems)} problems ({days[0]}..{days[-1]})"
+    line = f"livecodebench {problems[0].meta.get('selection', '')}: {len(problems)} problems ({days[0]}..{days[-1]})"
+    outside = problems[0].meta.get("outside_window") or {}
+    if outside:
+        rows = sum(outside.values())
+        line += (f"; {rows} row{'s' * (rows != 1)} of {', '.join(sorted(outside))} dated outside the release's "
+                 f"window left out")
+    return line
 
 
 # --------------------------------------------------------------------------------------------- prompt, grade
@@ -302,7 +349,8 @@ def grade(response: str, problem: Problem, *, timeout_s: float = CODE_LIMITS.tes
 def describe(problems: list[Problem], path: str | os.PathLike | None = None, *, release: str | None = "v6",
              start_date: str | None = None, end_date: str | None = None) -> dict:
     """The data source of a selection, for the result files: the folder or file read, the files the problems came
-    from with their sizes and sha256, the release tag and date window, and ``selection_summary``."""
+    from with their sizes and sha256, the release tag and its ``definition`` (files, window, inclusive ends, source),
+    the rows of the tag's files left out as dated outside the window (per file), and ``selection_summary``."""
     import hashlib
     base = Path(path) if path is not None else _default_path()
     folder = base if base.is_dir() else base.parent
@@ -315,12 +363,13 @@ def describe(problems: list[Problem], path: str | os.PathLike | None = None, *, 
                 h.update(chunk)
         files[name] = {"bytes": f.stat().st_size, "sha256": h.hexdigest()}
     return {"dataset": "livecodebench/code_generation_lite", "path": str(base.resolve()), "files": files,
-            "release": release if release is not None else "all", "start_date": start_date, "end_date": end_date,
-            "selection": selection_summary(problems)}
+            "release": release if release is not None else "all", "definition": definition(release),
+            "outside_window": dict(problems[0].meta.get("outside_window") or {}) if problems else {},
+            "start_date": start_date, "end_date": end_date, "selection": selection_summary(problems)}
 
 
 BENCHMARK = Benchmark(
     name="livecodebench", version=VERSION, kind="code", load=load, grade=grade, default_template="lcb",
     generation=dict(CODE_GENERATION), describe=describe, filters=("release", "start_date", "end_date"),
-    description="LiveCodeBench code generation (code_generation_lite), default release v6 (175 problems, "
-                "2025-02..2025-04), public + private tests in the sandbox")
+    description="LiveCodeBench code generation (code_generation_lite), default release v6 (contest dates "
+                "2025-02-01..2025-05-01 inclusive: 175 problems), public + private tests in the sandbox")
