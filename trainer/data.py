@@ -24,7 +24,7 @@ import numpy as np
 
 from contracts.jsonl import iter_jsonl
 from scoring.tasks import get_task
-from scoring.templates import lcb_question, render_prompt
+from scoring.templates import SYSTEM_PROMPT, lcb_question, render_prompt
 
 
 class DataError(ValueError):
@@ -180,8 +180,7 @@ UNSUPPORTED_SOURCES = {
 
 # the opening of LiveCodeBench's system prompt, which Code-R1/KlearReasoner rows repeat inside the user turn; the
 # ``lcb`` template adds the system prompt itself, so it is taken off the statement
-_LCB_PREAMBLE = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
-                 "generate a correct Python program that matches the specification and passes all tests.")
+_LCB_PREAMBLE = SYSTEM_PROMPT   # statements that repeat LiveCodeBench's system prompt as their opening
 
 
 def code_question(statement: str, starter_code: str = "") -> str:
