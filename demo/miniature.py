@@ -11,7 +11,10 @@ sweep keeps everything it finished; rerunning skips finished runs and graded pro
 At the end (or alone, with ``--write-only``) ``docs/miniature.md`` is written from whatever has been scored:
 per method the mean held-out avg@n over seeds with a 95 % t-interval (Student t over seeds, k − 1 degrees of
 freedom), the per-seed values, the paired difference to on-policy DAPO (same seed: same prompts in the same
-order) with its t-interval, and the measured cost; cells with no finished seed are marked "not run".
+order) with its t-interval, and the measured cost; cells with no finished seed are marked "not run". The
+hand-written notes from ``NOTES_HEADING`` on are kept, and every number in them is checked against the new tables
+(``demo.page_numbers``, with ``NOTES_SOURCES`` below for the derived and cited ones): numbers that no longer match
+are printed and listed in a line under the heading.
 """
 
 from __future__ import annotations
@@ -30,11 +33,15 @@ import torch
 from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import summarize
+from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads,
                            evaluate, final_checkpoint, heldout_prompts, machine, make_data, prepare_out, read_metrics,
                            run_config, run_name, train_run, warmup)
 from eval.metrics import counts
 from eval.samples import read_samples
+from scoring.tasks.addition import DIFFICULTY as ADDITION
+from scoring.tasks.minicode import DIFFICULTY as MINICODE, FN_NAMES as MINICODE_NAMES, OPS as MINICODE_OPS
+from trainer.algos.seeds import token_factor
 
 _BY_NAME = {s.name: s for s in METHODS}
 
@@ -194,6 +201,103 @@ CODE_LABELS = {"code_onpolicy": "On-policy (DAPO)",
 NOTES_HEADING = "## Reading the table"
 
 
+# ------------------------------------------------------------------------------------------------------------
+# where the notes' numbers come from that are not values of the tables (demo.page_numbers; checked on every write
+# and by tests/test_page_numbers.py)
+# ------------------------------------------------------------------------------------------------------------
+MEAN, PER_SEED, VS, SEEDS = "mean ± 95% t-interval", "per seed", "vs on-policy", "seeds"
+WALL, CPU, TOKENS = "train wall s", "train CPU s", "tokens generated"
+_WARM = "supervised warm-up (no RL)"
+_ON, _M2PO = label("onpolicy", FULL), label("m2po", FULL)
+_RL = [label(s.name, FULL) for s in TABLE]
+_SEEDED = [label(n, FULL) for n in ("seeds_ratio", "seeds_entropy", "seeds_state")]
+_ABLATIONS = [label(s.name, FULL) for s in TABLE if s.name not in _BY_NAME]
+_CODE_ON, _CODE_SEEDED = CODE_LABELS["code_onpolicy"], [CODE_LABELS["code_seeds_state_action"],
+                                                       CODE_LABELS["code_seeds_state"]]
+
+
+def _math(p: Page) -> Table:
+    return p.table("Held-out avg@n")
+
+
+def _code(p: Page) -> Table:
+    return p.table("Code (Table 2's rows)")
+
+
+def _span(xs: Sequence[float]) -> tuple[float, float]:
+    return min(xs), max(xs)
+
+
+def _ratios(t: Table, col: str, rows: Sequence[str], base: str) -> list[float]:
+    return [t.num(r, col) / t.num(base, col) for r in rows]
+
+
+_PREVIOUS = "docs/miniature.md at commit debe0dd (the previous version of the page)"
+_STANDALONE = "the standalone preset's run and its evaluation at commit 6c2e2ad (README there)"
+_REPLAY = "tests/test_code_rl.py's replay at commit 2226b63 (its docstring gives the EPYC numbers)"
+_DEMO = "runs/demo/summary.md of `python -m demo` at commit debe0dd, quoted in " + _PREVIOUS
+NOTES_SOURCES: tuple[Source, ...] = (
+    Derived("gains 2.3-4.6 points over the warm-up", "min and max over the RL rows of mean − the warm-up's",
+            lambda p: _span([m - _math(p).num(_WARM, MEAN) for m in _math(p).column(MEAN, _RL)])),
+    Derived("ablations +0.3 to +0.9 with intervals of ±1.4-2.8",
+            "min and max of the ablation rows' paired difference, then of its half-width",
+            lambda p: (*_span(_math(p).column(VS, _ABLATIONS)),
+                       *_span([_math(p).nums(r, VS)[1] for r in _ABLATIONS]))),
+    Derived("per seed 0.8, 1.0 and 0.8 points down", "on-policy's per-seed values − M2PO's, seed by seed",
+            lambda p: [a - b for a, b in zip(_math(p).nums(_ON, PER_SEED), _math(p).nums(_M2PO, PER_SEED))]),
+    Derived("(t = 4.3)", "t_{0.975, k−1} (T975) for the table's k seeds",
+            lambda p: [T975[int(_math(p).num(_ON, SEEDS)) - 1]]),
+    Derived("addition of 1-3 digit numbers", "the operand digits of scoring.tasks.addition.DIFFICULTY (the demo "
+            "passes no task_kwargs)", lambda p: (ADDITION["min_digits"], ADDITION["max_digits"])),
+    Cited("instead of 398k", f"M2PO's tokens / run (398203) in {_PREVIOUS}"),
+    Cited("was 29.3 ± 1.1", _PREVIOUS),
+    Cited("was 29.1", _PREVIOUS),
+    Cited("moved from 27.3", f"on-policy's seed 0 in {_PREVIOUS}"),
+    Derived("with 282 more tokens", f"on-policy's tokens / run − 368850, its value in {_PREVIOUS}",
+            lambda p: [_math(p).num(_ON, TOKENS) - 368850]),
+    Cited("was +1.9 ± 4.0", _PREVIOUS),
+    Cited("stopped at step 332 instead", _DEMO),
+    Cited("26.9 % held-out) gave on-policy 33.5 %, Thinking Seeds ratio 34.4 %, entropy rule 32.8 %, `state` 30.0 %, "
+          "LUFFY 31.2 %, M2PO 29.7 %", _DEMO),
+    Derived("1.30-1.31 x the on-policy tokens", "min and max over the three seeded method rows of tokens / on-policy's",
+            lambda p: _span(_ratios(_math(p), TOKENS, _SEEDED, _ON))),
+    Derived("the formula's 1.4375", "trainer.algos.seeds.token_factor(0.5, T) with the budget's T",
+            lambda p: [token_factor(0.5, FULL.seed_interval)]),
+    Derived("for 1.4-1.5 x the CPU time", "min and max over the three seeded method rows of CPU s / on-policy's",
+            lambda p: _span(_ratios(_math(p), CPU, _SEEDED, _ON))),
+    Derived("every method by 21-24 points", "min and max over the code RL rows of mean − the warm-up's",
+            lambda p: _span([_code(p).num(r, MEAN) - _code(p).num(_WARM, MEAN) for r in [_CODE_ON, *_CODE_SEEDED]])),
+    Derived("spread from 66.8 to 78.8", "min and max of on-policy's per-seed code values",
+            lambda p: _span(_code(p).nums(_CODE_ON, PER_SEED))),
+    Cited("52.19, 50.20, 48.58 on LiveCodeBench v6", "the paper, §5.2 Table 2 (Qwen3-4B-Thinking-2507: state, "
+          "state+action, on-policy)"),
+    Cited("rises from 0.73-0.80 to 0.85-0.89", "the code runs' metrics.jsonl (runs/miniature-code) at commit 6c2e2ad"),
+    Derived("rises from 51 to 67-79 %", "the code warm-up's mean, then min and max of every code RL row's per-seed "
+            "values", lambda p: (_code(p).num(_WARM, MEAN),
+                                 *_span([v for r in [_CODE_ON, *_CODE_SEEDED] for v in _code(p).nums(r, PER_SEED)]))),
+    Cited("run to 300 supervised steps it scored 94 % held-out and RL made it worse (86 %); stopped at loss 0.04 or "
+          "0.025 it scored 15 or 41 %", "the code budget's search at commit 6c2e2ad (demo.pipeline's note on CODE)"),
+    Derived("costs 1.7-2 s", "min and max of the code rows' train wall s / run over the budget's RL steps",
+            lambda p: _span([w / CODE.total_steps for w in _code(p).column(WALL, [_CODE_ON, *_CODE_SEEDED])])),
+    Derived("generate 1.4 x the on-policy tokens and take 1.13 x the wall time",
+            "mean over the two seeded code rows of tokens / on-policy's, then of train wall s / on-policy's",
+            lambda p: [sum(_ratios(_code(p), c, _CODE_SEEDED, _CODE_ON)) / 2 for c in (TOKENS, WALL)]),
+    Derived("(9 runs", "the code table's RL rows x their seeds",
+            lambda p: [sum(int(_code(p).num(r, SEEDS)) for r in [_CODE_ON, *_CODE_SEEDED])]),
+    Cited("takes about 20 minutes with 2 torch threads on otherwise idle cores (measured at commit 6c2e2ad; the load "
+          "average sits near 3", "`python -m demo.miniature --seeds 3 --tables minicode` at commit 6c2e2ad (README "
+          "there: ~20 min)"),
+    Derived("on all 300 prompts", "the minicode prompts: operations x constants x (stdin + one per function name)",
+            lambda p: [len(MINICODE_OPS) * (MINICODE["max_k"] + 1) * (1 + len(MINICODE_NAMES))]),
+    Cited("held-out 55.2 % avg@8 on 200 problems", _STANDALONE),
+    Cited("reached 58.6 % [55.1, 62.1], with a training reward flat at 0.51-0.52", _STANDALONE),
+    Cited("at lr 6e-4 it collapsed instead: training reward 0.30 -> 0.17, commit 88141fa", "commit 88141fa"),
+    Cited("replayed at 30 steps (commit 2226b63) went 52.5 -> 60.5 % on an AVX-512 Xeon but 65.7 -> 55.7 % on an "
+          "AVX2 EPYC (warm-up stopped at step 173, not", _REPLAY),
+    Cited("paired interval [-16.8, -3.3] points)", _REPLAY),
+)
+
+
 def render(out: Path, budget: Budget, seeds: int, *, command: str, code_out: Path | None = None) -> str:
     b = budget
     sc = scores(out, b.task)
@@ -283,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         old = doc.read_text() if doc.is_file() else ""
         if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
             page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
+        page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
+        if stale:
+            print(warning(stale, doc=doc, heading=NOTES_HEADING, sources_in="demo/miniature.py"), file=sys.stderr)
         atomic_write_text(doc, page)
         print(page)
         print(f"wrote {args.doc}")

@@ -1,7 +1,9 @@
 """``docs/premise.md`` from the premise regime's cached tables (``<out>/tables``, written by ``demo.premise``).
 
 The page is rendered whole from the tables each time; the grid block (written by ``demo.premise_search``) and
-the hand-written notes from ``NOTES_HEADING`` on are carried over from the existing page.
+the hand-written notes from ``NOTES_HEADING`` on are carried over from the existing page, and every number of the
+notes is checked against the new tables (``demo.page_numbers``, with ``NOTES_SOURCES`` below for the derived and
+cited ones): numbers that no longer match are logged and listed in a line under the heading.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -18,13 +21,68 @@ import numpy as np
 import pandas as pd
 
 from contracts.files import atomic_write_text
-from demo.miniature import t_interval
+from demo.miniature import T975, t_interval
+from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.pipeline import REPO, Log, machine
-from demo.premise_budget import HELDOUT_SEED, METHODS, STAGES, TIMINGS, PremiseBudget, eval_name, method_list
+from demo.premise_budget import (HELDOUT_SEED, METHODS, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name,
+                                 method_list)
 from demo.premise_stats import N_BOOT
+from scoring.tasks import countdown
 
 NOTES_HEADING = "## Reading the numbers"       # from this heading on the page is written by hand and kept
 GRID_START, GRID_END = "<!-- grid:start -->", "<!-- grid:end -->"   # demo.premise_search writes between these
+
+
+# ------------------------------------------------------------------------------------------------------------
+# where the notes' numbers come from that are not values of the tables (demo.page_numbers; checked on every write
+# and by tests/test_page_numbers.py)
+# ------------------------------------------------------------------------------------------------------------
+def _passk(p: Page) -> Table:
+    return p.table("Does RL narrow the policy?")
+
+
+def _methods(p: Page) -> Table:
+    return p.table("Methods table")
+
+
+def _crossovers(p: Page, *methods: str) -> tuple[float, float]:
+    ks = [k for m in methods for k in _methods(p).nums(METHODS[m].paper, "crossover k per seed")]
+    return min(ks), max(ks)
+
+
+def _one_solution_percent(p: Page, point: str) -> float:
+    """Share of a grid point's held-out problems with one solution, from the task at the setting its row states."""
+    setting = p.table("Grid searched").cell(point, "setting", model="warmup")
+    m = re.match(r"(\d+) numbers 1\.\.(\d+), target (\d+)\.\.(\d+);", setting)
+    assert m, f"grid point {point}: setting {setting!r} does not state numbers and targets"
+    count, hi, lo_t, hi_t = map(int, m.groups())
+    rows = countdown.make_examples(PREMISE.heldout, seed=HELDOUT_SEED, min_numbers=count, max_numbers=count,
+                                   min_number=1, max_number=hi, min_target=lo_t, max_target=hi_t)
+    return 100 * float(np.mean([r["n_solutions"] == 1 for r in rows]))
+
+
+_RUN = "`python -m demo --premise` at commit 3ee98d6"
+NOTES_SOURCES: tuple[Source, ...] = (
+    Derived("pass@1 +3.6, pass@64 −3.5", "early − warm-up pass@k at k = 1 and the largest k",
+            lambda p: [_passk(p).num(k, "early") - _passk(p).num(k, "warmup") for k in ("1", _passk(p).rows[-1][0])]),
+    Cited("0.97 nats at step 1, 0.42", f"tables/entropy_positions.csv of {_RUN} (premise_entropy.png draws it)"),
+    Derived("57 % of problems with one solution", "point E's held-out split (scoring.tasks.countdown at the grid "
+            "row's setting, seed HELDOUT_SEED, PREMISE.heldout problems)", lambda p: [_one_solution_percent(p, "E")]),
+    Derived("(k = 5.0-7.1 vs 3.9-4.9)", "min and max of the crossover k per seed of the two state+action rows, then "
+            "of on-policy's", lambda p: (*_crossovers(p, "seeds_ratio", "seeds_entropy"), *_crossovers(p, "onpolicy"))),
+    Derived("(t = 4.30)", "t_{0.975, k−1} (demo.miniature.T975) for the methods table's k seeds",
+            lambda p: [T975[int(_methods(p).num(METHODS["onpolicy"].paper, "seeds")) - 1]]),
+    Derived("the first 38 minutes", "the interrupted first invocation's wall s in the cost table, in minutes",
+            lambda p: [p.table("Cost").num("first invocation (interrupted)", "wall s") / 60]),
+    Cited("at load average 7-9 (one torch thread; training runs took 2.6× their CPU time), the rest at load 3-5",
+          f"timings.json of {_RUN}"),
+    Cited("used 1256 CPU s (21 minutes) in all, on-policy 50-58 s each, the seeded runs 69-97 s, LUFFY 45-49 s, "
+          "M2PO 70-74 s", f"timings.json of {_RUN}"),
+    Cited("the warm-up 101 s;", f"the log of {_RUN}"),
+    Cited("about 10-14 s; the relay about 40 s", f"the log of {_RUN}"),
+    Cited("about 28 minutes with one thread", "the CPU seconds above, summed"),
+    Cited("so its 101 s are not", f"the log of {_RUN}"),
+)
 
 
 def _pct(x: float) -> str:
@@ -233,6 +291,9 @@ def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str
     page = page.rstrip("\n") + "\n\n## Grid searched\n\n" + grid + "\n"
     if NOTES_HEADING in old:
         page += "\n" + old[old.index(NOTES_HEADING):]
+    page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
+    if stale:
+        log(warning(stale, doc=doc, heading=NOTES_HEADING, sources_in="demo/premise_page.py"))
     atomic_write_text(doc, page)
     log(f"wrote {doc}")
     return page

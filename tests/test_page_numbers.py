@@ -1,0 +1,162 @@
+"""Every number in the hand-written notes of docs/miniature.md and docs/premise.md is accounted for (issue #23
+item 6): a value of the page's generated tables or text, a derivation listed in the page writer's NOTES_SOURCES,
+or a cited source (demo.page_numbers). Pure text, no runs needed; the writers run the same check on every write."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from demo import miniature, premise_page
+from demo.page_numbers import STALE_LINE, Cited, audit, clean, mark, mentions, parse_page, report, split, stale, unused
+from demo.pipeline import REPO
+
+PAGES = {"miniature": (REPO / "docs" / "miniature.md", miniature.NOTES_HEADING, miniature.NOTES_SOURCES),
+         "premise": (REPO / "docs" / "premise.md", premise_page.NOTES_HEADING, premise_page.NOTES_SOURCES)}
+
+
+def _page(name: str) -> tuple[str, str, str, tuple]:
+    path, heading, sources = PAGES[name]
+    generated, notes = split(path.read_text(), heading)
+    assert notes.startswith(heading), f"{path} has no {heading!r} section"
+    return generated, notes, heading, sources
+
+
+def _edit(notes: str, old: str, new: str) -> str:
+    """``notes`` with the phrase ``old`` (across line breaks) replaced by ``new``."""
+    rx = r"\s+".join(map(re.escape, old.split()))
+    assert len(re.findall(rx, notes)) == 1, old
+    return re.sub(rx, new, notes)
+
+
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_every_number_of_the_notes_is_accounted_for(name):
+    generated, notes, _, sources = _page(name)
+    found = audit(generated, notes, sources)
+    assert len([f for f in found if f.mention.nums]) > 80    # the notes were read, not skipped
+    bad = [f for f in found if f.why is None]
+    assert not bad, f"{PAGES[name][0]}: numbers of the notes that no table, derivation or source gives:\n{report(bad)}"
+    assert not unused(notes, sources), "NOTES_SOURCES entries whose phrase is not (once) in the notes"
+
+
+def test_the_forms_of_a_number():
+    text = clean("gains 2.3-4.6 points, −1.2 ± 3.1, +9.9 points [+6.2, +13.5], 82 % and 1.30 x, 2.6× at "
+                 "pass@64, 296k tokens, lr 6e-4, numbers 1..20, ±1.4-2.8, 0.30 -> 0.17")
+    got = [(m.kind, [n.value for n in m.nums]) for m in mentions(text)]
+    assert got == [("range", [2.3, 4.6]), ("pm", [-1.2, 3.1]), ("interval", [9.9, 6.2, 13.5]), ("single", [82]),
+                   ("single", [1.30]), ("single", [2.6]), ("metric k", [64]), ("single", [296000]),
+                   ("single", [pytest.approx(6e-4)]), ("range", [1, 20]), ("range", [1.4, 2.8]),
+                   ("single", [0.30]), ("single", [0.17])]
+    steps = [n.step for m in mentions(text) for n in m.nums]
+    assert steps[:3] == [0.1, 0.1, 0.1] and steps[7] == 1 and steps[11] == 1000   # the displayed precision
+
+
+def test_digits_that_are_no_measurement_are_named_by_a_rule():
+    text = clean("commit 2226b63 on an AVX-512 Xeon, issue #13, §3, Figure 2, rerun 2026-12-01 at 13:39, `--seeds 3`")
+    assert {(m.text, m.kind) for m in mentions(text)} == {
+        ("2226b63", "commit hash"), ("AVX-512", "name"), ("issue #13", "reference"), ("§3", "reference"),
+        ("Figure 2", "reference"), ("2026-12-01", "date or time"), ("13:39", "date or time"),
+        ("`--seeds 3`", "code span")}
+
+
+def test_a_number_from_no_table_is_reported_with_its_sentence():
+    generated, notes, _, sources = _page("miniature")
+    old = _edit(notes, "per seed 0.8, 1.0 and 0.8 points down", "three seeds 0.3-1.3 points down")
+    found = stale(generated, old, sources)
+    assert [f.mention.text for f in found] == ["0.3-1.3"]
+    assert "M2PO (−0.9 ± 0.2; three seeds 0.3-1.3 points down)" in found[0].sentence
+    # the derivation's phrase went with the edit: its entry is listed, so NOTES_SOURCES does not rot
+    assert [s.phrase for s in unused(old, sources)] == ["per seed 0.8, 1.0 and 0.8 points down"]
+    added = notes + "\n- **New.** LUFFY gains 7.7 points.\n"
+    assert [(f.mention.text, f.sentence) for f in stale(generated, added, sources)] == [
+        ("7.7", "LUFFY gains 7.7 points.")]
+
+
+def test_a_derivation_the_tables_no_longer_give_is_reported():
+    generated, notes, _, sources = _page("miniature")
+    rerun = generated.replace("| 29.1, 29.1, 29.6 |", "| 29.1, 29.4, 29.6 |")   # M2PO's seed 1 moved
+    assert rerun != generated
+    found = stale(rerun, notes, sources)
+    assert [f.mention.text for f in found] == ["per seed 0.8, 1.0 and 0.8 points down"]
+    assert found[0].sentence.endswith("[on-policy's per-seed values − M2PO's, seed by seed: gives 0.8, 0.7, 0.8]")
+    # a table not run yet: the derivation cannot be computed, and says so instead of failing the write
+    [f] = stale("| method | seeds |\n|---|---|\n", "## Reading the table\n\n(t = 4.3)\n", sources)
+    assert f.mention.text == "(t = 4.3)" and "cannot be computed from these tables" in f.sentence
+
+
+def test_a_half_width_must_come_from_the_same_cell():
+    generated, _, heading, sources = _page("miniature")
+    # M2PO's mean difference with the entropy rule's half-width: both numbers are on the page, not together
+    assert [f.mention.text for f in stale(generated, f"{heading}\n\nM2PO is −0.9 ± 1.5.\n", ())] == ["−0.9 ± 1.5"]
+    assert not stale(generated, f"{heading}\n\nM2PO is −0.9 ± 0.2.\n", ())
+    # rounding to the precision the prose shows is allowed (82.4 % shown as 82 %), more precision is not
+    assert not stale(generated, f"{heading}\n\nthe warm-up scored 27 %.\n", ())
+    assert stale(generated, f"{heading}\n\nthe warm-up scored 26.60 %.\n", ())
+
+
+def test_t_quantiles_are_scipys():
+    st = pytest.importorskip("scipy.stats")
+    for df, t in miniature.T975.items():
+        assert t == pytest.approx(st.t.ppf(0.975, df), abs=5e-4), df   # the pages' t = 4.3 / 4.30 are T975[2]
+
+
+def test_numbers_cited_from_the_previous_page_are_on_it():
+    """The miniature notes quote the page at commit debe0dd ("was 29.3 ± 1.1"): each such number is on that page."""
+    cited = [s for s in miniature.NOTES_SOURCES if isinstance(s, Cited) and "at commit debe0dd" in s.source]
+    assert len(cited) >= 6
+    proc = subprocess.run(["git", "show", "debe0dd:docs/miniature.md"], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"commit debe0dd is not in this checkout: {proc.stderr.strip()}")
+    old = proc.stdout
+    for src in cited:
+        assert not stale(old, f"## notes\n\n{src.phrase}\n", ()), src.phrase
+
+
+def test_mark_writes_one_visible_line_and_replaces_it():
+    generated, notes, heading, sources = _page("miniature")
+    bad = _edit(notes, "gains 2.3-4.6 points", "gains 2.3-4.9 points")
+    page, found = mark(generated + bad, heading, sources)
+    lines = [x for x in page.splitlines() if x.startswith(STALE_LINE)]
+    assert found and len(lines) == 1 and "2.3-4.9" in lines[0]
+    assert page.split(heading + "\n\n", 1)[1].startswith(STALE_LINE)    # right under the heading
+    again, _ = mark(page, heading, sources)
+    assert again == page                                                  # a rewrite does not stack lines
+    fixed, none = mark(again.replace("gains 2.3-4.9 points", "gains\n  2.3-4.6 points"), heading, sources)
+    assert not none and STALE_LINE not in fixed and fixed == generated + notes
+
+
+def test_the_miniature_writer_marks_stale_numbers(tmp_path, capsys):
+    doc, out = tmp_path / "miniature.md", tmp_path / "nothing-run-yet"
+    assert miniature.main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
+    doc.write_text(doc.read_text() + f"\n{miniature.NOTES_HEADING}\n\n- every method gains 2.3-4.6 points.\n")
+    capsys.readouterr()
+    assert miniature.main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
+    err, page = capsys.readouterr().err, doc.read_text()
+    assert "warning: 1 numbers of the notes" in err and "'2.3-4.6' in: - every method gains" in err
+    assert [x for x in page.splitlines() if x.startswith(STALE_LINE)] == [
+        f"{STALE_LINE} 2.3-4.6 (rewrite them from the tables, or fix their NOTES_SOURCES entry)"]
+
+
+def test_the_premise_writer_marks_stale_numbers(tmp_path, monkeypatch):
+    generated, notes, heading, _ = _page("premise")
+    before_grid = generated[:generated.index("## Grid searched")]
+    monkeypatch.setattr(premise_page, "render_page", lambda out, b, command: before_grid)
+    doc, logs = tmp_path / "premise.md", []
+    doc.write_text(generated + _edit(notes, "k = 6.4 [2.9, 37.4]", "k = 6.4 [2.9, 31.4]"))
+    page = premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append)
+    assert page == doc.read_text() and f"{STALE_LINE} 6.4 [2.9, 31.4]" in page
+    assert any(x.startswith("warning: 1 numbers") and "6.4 [2.9, 31.4]" in x for x in logs)
+    doc.write_text(generated + notes)                                      # the page as committed: nothing marked
+    assert premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append) == \
+        generated + notes
+
+
+def test_the_generated_part_is_parsed():
+    generated, *_ = _page("miniature")
+    page = parse_page(generated)
+    t = page.table("Held-out avg@n")
+    assert t.nums("M2PO", "per seed") == [29.1, 29.1, 29.6] and t.num("M2PO", "tokens") == 295775
+    assert len(t.rows) == 12 and [x.heading for x in page.tables][1].startswith("Code")
+    assert not any("Measured before" in s for s in page.sentences)        # the hand-written banner is no source
