@@ -53,7 +53,7 @@ __all__ = ["MissingResults", "ResultFolder", "COMMANDS", "HOW_TO", "resolve_dir"
            "FIG3_LABELS"]
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ("positions", "truncation", "zero-adv", "mismatch", "relay")
+COMMANDS = ("positions", "truncation", "zero-adv", "mismatch", "relay", "support")   # support: figures.support
 PRUNE_DIRS = {"rollouts", "checkpoints", "trainer_state", ".git", "__pycache__", ".ipynb_checkpoints", "node_modules",
           ".venv"}
 

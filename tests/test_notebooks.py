@@ -22,7 +22,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = ["fig2_relay", "fig3_entropy_clip_positions", "fig4_seeded_positions", "fig5_truncation_tokens",
             "lemma4_zero_advantage"]
 # notebooks over other cached tables, each executed and checked by its own test
-OTHER = {"premise": "tests/test_premise.py"}
+OTHER = {"premise": "tests/test_premise.py", "support": "tests/test_support.py"}
 
 
 def test_the_notebooks_are_there_and_committed_without_outputs():

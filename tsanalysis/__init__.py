@@ -6,6 +6,8 @@
 - ``tsanalysis.tables``: the analyses of a run as functions returning DataFrames (positions, truncation,
   zero-advantage, Lemma 4, mismatch): what the commands write and ``figures`` caches.
 - ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues): ``run_relay``.
+- ``tsanalysis.support``: support dynamics of checkpoints scored by ``eval.run`` (gained / lost / kept per k,
+  crossover k, distinct answers, answer entropy, cross-model likelihood): ``support_tables``.
 - ``tsanalysis.errors``: ``UsageError`` and ``RelayError`` (bad input, raised before expensive work).
 - ``tsanalysis.cli``: the ``tsanalysis`` command (``python -m tsanalysis --help``), a thin shell over the above;
   nothing imports it.

@@ -2,6 +2,8 @@
 
     tsanalysis positions  RUN_DIR [--steps a:b] [--bins 10] [--loss-tokens-only] [--out DIR]
     tsanalysis truncation RUN_DIR [--steps a:b] [--top 30] [--out DIR]
+    tsanalysis support    --eval-dir DIR [--models A,B,...] [--benchmarks a,b] [--relay DIR] [--likelihood]
+                          [--paths A=PATH,...] [--likelihood-samples 8] [--out DIR]
     tsanalysis zero-adv   RUN_DIR [--steps a:b] [--out DIR]
     tsanalysis zero-adv   --p 0.1,0.5 --G 8 [--simulate N] [--seed S] [--seed-probs 0.1,0.9] [--out DIR]
     tsanalysis mismatch   RUN_DIR [--steps a:b] [--bins 10] [--width 64] [--thresholds 0.01,0.1,1]
@@ -101,6 +103,55 @@ def _cmd_truncation(args) -> None:
     _finish(args, t, args.run_dir)
 
 
+def format_support(t: dict[str, pd.DataFrame]) -> str:
+    """The support tables as printed: pass@k in %, expected problem counts with one decimal, crossover k."""
+    out = []
+    for (b, a, z), d in t["support"].groupby(["benchmark", "from", "to"], sort=False):
+        shown = pd.DataFrame({
+            "k": d["k"], f"{a} %": d["pass_from"].map(lambda x: pct(x, unit="")),
+            f"{z} %": d["pass_to"].map(lambda x: pct(x, unit="")),
+            **{name: [f"{v:.1f} [{lo:.1f}, {hi:.1f}]"
+                      for v, lo, hi in zip(d[name], d[f"{name}_low"], d[f"{name}_high"])]
+               for name in ("gained", "lost", "kept")},
+            "retention %": d["retention"].map(lambda x: pct(x, unit=""))})
+        out.append(f"{b}: {a} -> {z}, {int(d['problems'].iloc[0])} problems (expected counts, 95% CI)\n"
+                   + shown.to_string(index=False))
+    lines = []
+    for r in t["crossover"].to_dict("records"):
+        where, a, z, x = r["benchmark"], r["from"], r["to"], r["crossover_k"]
+        ci = f"95% CI [{r['low']:.3g}, {r['high']:.3g}]; inf: beyond k = {r['k_max']}"
+        if x == float("inf"):
+            lines.append(f"{where}: {z} stays above {a} up to k = {r['k_max']}: no crossover ({ci})")
+        elif x <= 1:
+            lines.append(f"{where}: {z} does not lead {a} at k = 1 ({ci})")
+        else:
+            lines.append(f"{where}: {z}'s pass@k falls to {a}'s at k = {x:.3g} ({ci})")
+    if lines:
+        out.append("crossover k (interpolated in log2 k)\n" + "\n".join(lines))
+    div = t["diversity"]
+    if len(div):
+        piv = div.pivot_table(index=["benchmark", "model"], columns="metric", values="mean", sort=False)
+        out.append("mean per problem (distinct answers; entropy in nats)\n"
+                   + piv.to_string(float_format=lambda x: f"{x:.3g}"))
+    if "likelihood" in t and len(t["likelihood"]):
+        lk = t["likelihood"]
+        out.append("mean log-prob per token of correct samples\n"
+                   + _fmt(lk, ["benchmark", "samples_of", "scored_by", "problems", "logp_mean", "vs_self"]))
+    return "\n\n".join(out)
+
+
+def _cmd_support(args) -> None:
+    from .support import support_tables   # reads eval's files; torch only with --likelihood
+
+    tables = support_tables(args.eval_dir, models=args.models, benchmarks=args.benchmarks, relay=args.relay,
+                            likelihood=args.likelihood, paths=args.paths, likelihood_samples=args.likelihood_samples)
+    print(format_support(tables))
+    out = Path(args.out) if args.out else io.default_out(io.run_name(args.eval_dir), "support")
+    settings = {**_settings(args), "eval_dir": str(Path(args.eval_dir).resolve())}
+    paths = io.write_results(out, tables, settings)
+    print(f"\nwrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths))
+
+
 def _cmd_zero_adv(args) -> None:
     if args.run_dir is None and args.p is None:
         raise UsageError("zero-adv needs a RUN_DIR or --p (with --G) for the pure Lemma 4 table")
@@ -162,6 +213,23 @@ def _positive_floats(text: str) -> list[float]:
     return v
 
 
+def _names(text: str) -> list[str]:
+    v = [x.strip() for x in text.split(",") if x.strip()]
+    if not v:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return v
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out = {}
+    for part in _names(text):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected NAME=PATH pairs separated by commas, got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _nonneg_int(text: str) -> int:
     return 0 if text.strip() == "0" else _positive_int(text)
 
@@ -205,6 +273,24 @@ def build_parser() -> argparse.ArgumentParser:
     _run_args(p)
     p.add_argument("--top", type=_positive_int, default=30, help="tokens listed per rule")
     p.set_defaults(func=_cmd_truncation)
+
+    p = sub.add_parser("support", help="problems gained / lost / kept per k, crossover k, distinct answers and "
+                                       "entropy, cross-model likelihood, over an eval.run results folder")
+    p.add_argument("--eval-dir", required=True, help="python -m eval.run's --out folder (<model>/<benchmark>.jsonl)")
+    p.add_argument("--models", type=_names, default=None, metavar="A,B,...",
+                   help="models to compare, earlier to later (default: every model folder by name; 'relay' places "
+                        "the --relay folder)")
+    p.add_argument("--benchmarks", type=_names, default=None, metavar="a,b", help="only these benchmarks")
+    p.add_argument("--relay", default=None, metavar="DIR", help="a tsanalysis relay folder: its relay samples are "
+                                                                "one more model, 'relay'")
+    p.add_argument("--likelihood", action="store_true",
+                   help="score each model's correct samples under every loadable model (needs the checkpoints)")
+    p.add_argument("--paths", type=_pairs, default=None, metavar="A=PATH,...",
+                   help="model folders for --likelihood (default: the model_path the results record)")
+    p.add_argument("--likelihood-samples", type=_positive_int, default=8, metavar="N",
+                   help="correct samples scored per problem and model (default 8)")
+    p.add_argument("--out", default=None, help="output folder (default results/analysis/<eval dir>/support/)")
+    p.set_defaults(func=_cmd_support)
 
     p = sub.add_parser("zero-adv", help="zero-advantage groups: observed vs Lemma 4, or the pure Lemma 4 table")
     _run_args(p, required=False)

@@ -5,5 +5,7 @@
 - ``lemma4``: zero-advantage / all-wrong probabilities, Monte Carlo check, shared vs independent seeds,
   observed vs predicted zero-advantage groups of a run.
 - ``mismatch``: accumulated behavior/current log-ratio and KL along seed tokens (Proposition 2).
+- ``support``: problems gained / lost / kept between two models per k, the crossover k, answer clusters,
+  distinct answers and answer entropy (arXiv:2504.13837, 2507.14843, 2509.21128).
 (pass@k, avg@n and the bootstrap live in ``contracts.passk``, shared with ``eval``.)
 """
