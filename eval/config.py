@@ -1,8 +1,12 @@
 """Evaluation configuration: one validated dataclass, ``EvalConfig``; YAML presets are flat overrides of its fields.
 
-``python -m eval.run`` builds it from four layers, each overriding the one before: the field defaults, a preset
-(``--config eval/configs/NAME.yaml``), the flags (every field has one: ``--max-tokens 3072`` is the shorthand of
-``max_tokens=3072``), then ``key=value`` overrides. ``load_eval_config`` is that merge; ``run_eval(cfg)`` validates
+``python -m eval.run`` builds it from five layers, each overriding the one before: the field defaults, a model's
+profile (``--profile NAME``: ``eval/configs/NAME.yaml``, one of ``PROFILES``), a preset (``--config
+eval/configs/NAME.yaml``), the flags (every field has one: ``--max-tokens 3072`` is the shorthand of
+``max_tokens=3072``), then ``key=value`` overrides. A profile holds a backbone's sampling settings (template,
+temperature, top-p, top-k, budget, context), each line with its source; the paper states avg@32 (§5.1) but none of
+them, so they come from the model cards, the model's config.json and the paper's training caps (docs/evaluation.md
+has the table). ``load_eval_config`` is that merge; ``run_eval(cfg)`` validates
 the result (``validate``) before any data or model is read. Each field's help text below is its one description:
 the command's ``--help`` is generated from it. Choice fields are typed once as ``Literal`` (the engine names come
 from ``inference.names``, the templates from ``scoring.templates``) and checked from that type.
@@ -14,6 +18,7 @@ import argparse
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Literal
 
 from contracts.config import ConfigError, build, choices, field_types, parse_overrides, read_preset
@@ -23,12 +28,24 @@ from inference.names import EngineName
 from scoring.grading import GRADE_TIMEOUT_S
 from scoring.templates import TEMPLATES
 
-__all__ = ["EvalConfig", "ConfigError", "TemplateName", "ModelDtype", "validate", "load_eval_config",
-           "add_flags", "flag_values", "lcb_filters", "FIELDS_DOC"]
+__all__ = ["EvalConfig", "ConfigError", "TemplateName", "ModelDtype", "ProfileName", "PROFILES", "profile_path",
+           "validate", "load_eval_config", "add_flags", "flag_values", "lcb_filters", "FIELDS_DOC"]
 
 FIELDS_DOC = "eval/config.py (or python -m eval.run --help)"
 TemplateName = Literal[tuple(TEMPLATES)]   # the prompt templates, derived from their one table
 ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]   # auto: the checkpoint's (eval.parallel)
+# the backbones' evaluation profiles: name -> the hub id it is written for; the values, each with its source, are in
+# eval/configs/<name>.yaml (a flat preset of EvalConfig fields)
+PROFILES = {"qwen2.5-math-7b": "Qwen/Qwen2.5-Math-7B",
+            "deepseek-r1-distill-qwen-1.5b": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+            "qwen3-4b-thinking-2507": "Qwen/Qwen3-4B-Thinking-2507"}
+ProfileName = Literal[tuple(PROFILES)]
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def profile_path(name: str) -> Path:
+    """The preset file of profile ``name`` (``eval/configs/<name>.yaml``)."""
+    return CONFIGS / f"{name}.yaml"
 
 
 def _f(default, help: str, **flag):
@@ -54,12 +71,20 @@ class EvalConfig:
                                        "every file given, whole; scoring/benchmarks/livecodebench.py)")
     lcb_start_date: str | None = _f(None, "LiveCodeBench: first contest date, YYYY-MM-DD (inclusive)")
     lcb_end_date: str | None = _f(None, "LiveCodeBench: last contest date, YYYY-MM-DD (inclusive)")
-    # --- generation: unset (null) = the benchmark's default (math: n 32, temperature 0.6, top-p 0.95, 4096 tokens,
-    # template qwen-math; tasks: n 8, temperature 1.0, 64 tokens, template raw); a value applies to every benchmark
+    # --- generation: unset (null) = the profile's, else the benchmark's default (math: n 32, temperature 0.6, top-p
+    # 0.95, top-k off, 4096 tokens, template qwen-math; tasks: n 8, temperature 1.0, 64 tokens, template raw); a
+    # value applies to every benchmark
+    profile: ProfileName | None = _f(None, "a backbone's sampling settings (eval/configs/NAME.yaml, each value with "
+                                           "its source); --config, the flags and key=value override it")
     n: int | None = _f(None, "samples per problem (default: the benchmark's; math 32)")
     temperature: float | None = _f(None, "sampling temperature (default: the benchmark's)")
     top_p: float | None = _f(None, "nucleus sampling (default: the benchmark's)")
+    top_k: int | None = _f(None, "keep the k most likely tokens, before top-p (as vLLM and transformers do); 0 or -1: "
+                                 "off, recorded as 0 (default: the benchmark's: off)")
     max_tokens: int | None = _f(None, "max new tokens per sample (default: the benchmark's)")
+    max_context: int | None = _f(None, "prompt + max_tokens may not exceed this many tokens; a run that would is "
+                                       "refused before anything is generated (default: the model's context, "
+                                       "config.json's max_position_embeddings; a larger value is capped by it)")
     template: TemplateName | None = _f(None, "prompt template (default: the benchmark's; math qwen-math, tasks raw)")
     seed: int = _f(0, "generation seed (each sample draws from its own seed, derived from this one)")
     # --- engine -------------------------------------------------------------------------------------------------
@@ -137,7 +162,7 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.samples and (len(models) != 1 or tasks):
         raise ConfigError("--samples grades one file: give exactly one --model NAME and no --lm-eval-tasks "
                           f"(models={models}, lm_eval_tasks={tasks})")
-    for name in ("limit", "n", "max_tokens", "workers", "lm_eval_limit", "chunk_sequences"):
+    for name in ("limit", "n", "max_tokens", "max_context", "workers", "lm_eval_limit", "chunk_sequences"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 ({name}={value})")
@@ -148,6 +173,8 @@ def validate(cfg: EvalConfig) -> None:
         raise ConfigError(f"--temperature must be >= 0 (temperature={cfg.temperature}); 0 is greedy")
     if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
         raise ConfigError(f"--top-p must lie in (0, 1] (top_p={cfg.top_p})")
+    if cfg.top_k is not None and cfg.top_k < -1:
+        raise ConfigError(f"--top-k must be >= 1, or 0 (or -1) for off (top_k={cfg.top_k})")
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization must lie in (0, 1] (gpu_memory_utilization="
                           f"{cfg.gpu_memory_utilization})")
@@ -161,6 +188,10 @@ def validate(cfg: EvalConfig) -> None:
             gpu_groups(cfg.data_parallel_size, cfg.tensor_parallel_size, visible_gpus())
         except ValueError as e:
             raise ConfigError(f"data_parallel_size: {e}") from None
+    if tasks and cfg.top_k not in (None, 0, -1):
+        raise ConfigError("--top-k is not passed to lm-eval tasks (the bridge takes temperature, top-p and the "
+                          f"budget); run the lm-eval tasks in a separate call with top_k=0 (top_k={cfg.top_k}, "
+                          f"lm_eval_tasks={tasks})")
     if tasks and cfg.n is not None:
         raise ConfigError("--n cannot be passed to lm-eval tasks (each task sets its own repeats); run the lm-eval "
                           f"tasks in a separate call without --n (n={cfg.n}, lm_eval_tasks={tasks})")
@@ -177,16 +208,28 @@ def validate(cfg: EvalConfig) -> None:
 
 
 def load_eval_config(path=None, overrides=(), flags: dict | None = None) -> EvalConfig:
-    """The config of one command: defaults < the preset at ``path`` < ``flags`` (field -> value, as ``flag_values``
-    gives them) < ``overrides`` (``key=value`` strings). Each layer is checked on its own first, so an error names
-    where the bad value came from (the file, or the command line). Not yet ``validate``d."""
-    values: dict = {}
+    """The config of one command: defaults < the profile (``profile``: eval/configs/<name>.yaml) < the preset at
+    ``path`` < ``flags`` (field -> value, as ``flag_values`` gives them) < ``overrides`` (``key=value`` strings).
+    The profile is the one named by the highest layer that names one. Each layer is checked on its own first, so an
+    error names where the bad value came from (the file, or the command line). Not yet ``validate``d."""
+    layers: list[dict] = []
     if path:
         preset = read_preset(path, where="eval/configs/")
         build(EvalConfig, preset, source=str(path), fields_doc=FIELDS_DOC)
-        values.update(preset)
+        layers.append(preset)
     for layer in (flags or {}, parse_overrides(overrides)):
         build(EvalConfig, layer, source="command line", fields_doc=FIELDS_DOC)
+        layers.append(layer)
+    values: dict = {}
+    name = build(EvalConfig, {k: v for layer in layers for k, v in layer.items() if k == "profile"}).profile
+    if name is not None:
+        profile = read_preset(profile_path(name), where="eval/configs/")
+        if "profile" in profile:
+            raise ConfigError(f"{profile_path(name)}: a profile cannot name another profile (profile: "
+                              f"{profile['profile']})")
+        build(EvalConfig, profile, source=str(profile_path(name)), fields_doc=FIELDS_DOC)
+        values.update(profile)
+    for layer in layers:
         values.update(layer)
     return build(EvalConfig, values, fields_doc=FIELDS_DOC)
 

@@ -18,9 +18,10 @@ from contracts.jsonl import iter_jsonl
 from scoring.benchmarks.base import Benchmark, Problem
 from eval.samples import check_settings, repair
 from inference.hub import ModelSourceError, check_model_files, resolve_model
+from inference.protocol import TOP_K_OFF, resolve_top_k
 
-__all__ = ["EvalInputError", "model_name", "check_model", "fingerprint",
-           "data_settings", "load_problems", "read_samples_input", "file_settings", "prepare"]
+__all__ = ["EvalInputError", "model_name", "check_model", "fingerprint", "data_settings", "load_problems",
+           "read_samples_input", "file_settings", "prepare", "longest_prompt", "check_context"]
 
 
 class EvalInputError(ValueError):
@@ -132,20 +133,57 @@ def read_samples_input(path: str | os.PathLike, problems: list[Problem]) -> dict
 
 
 def file_settings(bench: Benchmark, model_path: str, name: str, *, n, temperature, top_p, max_tokens, template,
-                  seed, data: dict | None = None, engine: str | None = None, dtype: str | None = None) -> dict:
+                  seed, top_k=None, data: dict | None = None, engine: str | None = None, dtype: str | None = None
+                  ) -> dict:
     """A generated result file's settings: the benchmark's generation defaults with the given values (not None)
-    over them. ``model_path``: what was scored (``ModelSource.identity``: the absolute folder, or
-    ``owner/name@<commit>`` for a hub snapshot, so a resume with the same cached id matches). ``engine`` and
-    ``dtype``: the engine (hf, vllm) and the dtype the samples are generated in, resolved
+    over them; ``top_k`` resolved (``inference.protocol.resolve_top_k``: -1 is recorded as 0, off, which is also the
+    default of a benchmark that names none). ``model_path``: what was scored (``ModelSource.identity``: the absolute
+    folder, or ``owner/name@<commit>`` for a hub snapshot, so a resume with the same cached id matches). ``engine``
+    and ``dtype``: the engine (hf, vllm) and the dtype the samples are generated in, resolved
     (``eval.parallel.generation_dtype``), not as asked ("auto")."""
-    gen = dict(bench.generation)
-    for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens)):
+    gen = {"top_k": TOP_K_OFF, **bench.generation}
+    for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                     ("max_tokens", max_tokens)):
         if val is not None:
             gen[key] = val
     return {"model": name, "model_path": model_path, "benchmark": bench.name, "benchmark_version": bench.version,
-            "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
+            "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"],
+            "top_k": resolve_top_k(gen["top_k"]), "max_tokens": gen["max_tokens"],
             "template": template or bench.default_template, "seed": seed, "samples_file": None, "engine": engine,
             "dtype": dtype, "data": data}
+
+
+def longest_prompt(prompt_ids: dict[str, Sequence[int]]) -> tuple[int, str | None]:
+    """(token count, problem id) of the longest of ``prompt_ids`` (problem id -> the rendered prompt's token ids);
+    (0, None) when there are none."""
+    if not prompt_ids:
+        return 0, None
+    pid = max(prompt_ids, key=lambda k: len(prompt_ids[k]))
+    return len(prompt_ids[pid]), pid
+
+
+def check_context(what: str, prompt_ids: dict[str, Sequence[int]], max_tokens: int, context: tuple[int, str] | None,
+                  *, cap: int | None = None, where: str = "config.json", hint: str = "") -> None:
+    """EvalInputError, one line naming both numbers, unless the longest prompt plus ``max_tokens`` new tokens fits
+    the model's context: ``context`` (tokens, the config.json key that says so: ``eval.parallel.model_context``;
+    None: unknown, only ``cap`` is checked) and ``cap`` (a smaller limit the config asks for, ``max_context``).
+    A response that runs past the context is not an error any engine reports: the HF engine extrapolates the
+    positions (rotary embeddings it was not trained on), vLLM refuses at start-up or cuts the request. ``what``:
+    the benchmark, for the message; ``where``: the config.json named; ``hint``: appended to the way out."""
+    P, pid = longest_prompt(prompt_ids)
+    limits = [(c, f"the model's context {c} ({k} in {where})") for c, k in [context] if context is not None]
+    if cap is not None:
+        limits.append((cap, f"max_context {cap}"))
+    if not limits or P == 0:
+        return
+    C, said = min(limits, key=lambda x: x[0])
+    total = P + int(max_tokens)
+    if total <= C:
+        return
+    fix = (f"lower --max-tokens to <= {C - P}" if C - P >= 1 else
+           f"the prompt alone fills it: drop the problem or use a model with a longer context")
+    raise EvalInputError(f"{what}: the longest prompt (problem {pid!r}) of {P} tokens + max_tokens {max_tokens} = "
+                         f"{total} > {said}; {fix}{hint}")
 
 
 def prepare(path: Path, problems: list[Problem], settings: dict) -> list[Problem]:

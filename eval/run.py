@@ -8,9 +8,11 @@ error. Math answers are graded by math-verify in a process pool with a hard per-
 the Qwen-style grader (disagreements go to ``<benchmark>.disagreements.jsonl``). At the end the leaderboard of
 everything under ``out`` is printed and written (``eval.leaderboard``).
 
-Configuration: one ``eval.config.EvalConfig``, from a preset and the command line: ``python -m eval.run --config
-eval/configs/paper_math.yaml --model PATH max_tokens=8192``. Every field has a flag (``--max-tokens 8192`` is the
-shorthand of ``max_tokens=8192``); flags override the file and ``key=value`` overrides override both.
+Configuration: one ``eval.config.EvalConfig``, from a profile, a preset and the command line: ``python -m eval.run
+--config eval/configs/paper_math.yaml --profile deepseek-r1-distill-qwen-1.5b --model PATH max_tokens=32768``.
+Every field has a flag (``--max-tokens 8192`` is the shorthand of ``max_tokens=8192``); the preset overrides the
+profile (a backbone's sampling settings, eval/configs/<profile>.yaml, each value with its source), the flags
+override the preset, and ``key=value`` overrides override them all.
 
 Library: ``run_eval(cfg)`` does all of that and RETURNS the per-model, per-benchmark reports
 (``eval.report.format_report`` renders one as the line the command prints) and the leaderboard; ``main`` is the
@@ -20,13 +22,18 @@ command line over it (the config's layers, printing, exit status).
 ``--model`` is then only the name). ``--lm-eval-tasks`` also runs lm-evaluation-harness tasks
 (``eval.lm_eval_bridge``); their main metric joins the same leaderboard.
 
-Generation defaults are the benchmark's (math: n=32, temperature 0.6, top-p 0.95, 4096 new tokens, template
-qwen-math; tasks: n=8, temperature 1.0, 64 tokens, template raw); each setting given overrides them for all
-benchmarks. Sample j of a problem draws from its own seed (``seed``, the benchmark, the problem id and j), so the
-files do not depend on the chunking or on how many engines share the work.
+Generation defaults are the benchmark's (math: n=32, temperature 0.6, top-p 0.95, top-k off, 4096 new tokens,
+template qwen-math; tasks: n=8, temperature 1.0, 64 tokens, template raw); each setting given (by a profile or the
+command line) overrides them for all benchmarks. The paper fixes n (avg@32, §5.1), not the sampling settings
+(docs/evaluation.md). Before any engine starts, each benchmark's longest rendered prompt plus ``max_tokens`` is
+checked against the model's context (``eval.parallel.model_context``: config.json's max_position_embeddings, as
+vLLM reads it) and ``max_context``; a run that does not fit is refused (exit 2, one line with both numbers).
+Sample j of a problem draws from its own seed (``seed``, the benchmark, the problem id and j), so the files do not
+depend on the chunking or on how many engines share the work.
 
 Every result line's settings record the data (``settings["data"]``: the benchmark's ``describe`` — files, release,
-dates, dataset version or hash — the problem count and a sha256 fingerprint of the problems) and the engine and
+dates, dataset version or hash — the problem count and a sha256 fingerprint of the problems), the sampling
+settings (``top_k`` among them: lines from before it was recorded read as off, 0) and the engine and
 dtype the samples were generated in (``settings["engine"]``, ``settings["dtype"]``, resolved: vLLM runs in bfloat16
 unless ``--dtype`` says otherwise, on a CPU too; ``eval.parallel.generation_dtype``); a resumed file must have the
 same (lines from before engine and dtype were recorded are taken to match). ``--lcb-release``,
@@ -61,13 +68,13 @@ from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
 from scoring.benchmarks import get_benchmark
 from scoring.benchmarks.base import Benchmark, Problem
-from eval.config import EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
+from eval.config import PROFILES, EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
 from eval.grading import grade_responses, regrade, write_disagreements
-from eval.inputs import (EvalInputError, check_model, data_settings, file_settings, load_problems, model_name,
-                         prepare, read_samples_input)
+from eval.inputs import (EvalInputError, check_context, check_model, data_settings, file_settings, load_problems,
+                         model_name, prepare, read_samples_input)
 from eval.leaderboard import build_leaderboard, write_leaderboard
 from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
-from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
+from eval.parallel import EngineSpec, Job, generation_dtype, make_generator, model_context
 from eval.report import file_report, format_report
 from eval.samples import append_row, make_row
 from inference import load_tokenizer, resolve_engine
@@ -118,7 +125,7 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
     given = read_samples_input(samples_file, problems)
     problems = [p for p in problems[:limit] if p.id in given]
     settings = {"model": name, "model_path": None, "benchmark": bench.name, "benchmark_version": bench.version,
-                "n": None, "temperature": None, "top_p": None, "max_tokens": None, "template": template,
+                "n": None, "temperature": None, "top_p": None, "top_k": None, "max_tokens": None, "template": template,
                 "seed": None, "samples_file": Path(samples_file).name, "engine": None, "dtype": None, "data": data}
     path = out_dir / name / f"{bench.name}.jsonl"
     todo = prepare(path, problems, settings)
@@ -179,7 +186,7 @@ def _generate_and_grade(gen, tokenizer, name: str, work, *, seed: int, pool, chu
         starts = list(range(0, len(todo), per_chunk))
         jobs = (Job(key=k, prompts=[x for x in ids[a:a + per_chunk] for _ in range(n)],
                     max_new_tokens=settings["max_tokens"], temperature=settings["temperature"],
-                    top_p=settings["top_p"],
+                    top_p=settings["top_p"], top_k=settings["top_k"],
                     # sample j of a problem: its own seed, whatever chunk or engine process draws it
                     seeds=tuple(zlib.crc32(f"{seed}:{bench.name}:{p.id}:{j}".encode())
                                 for p in todo[a:a + per_chunk] for j in range(n)))
@@ -294,14 +301,23 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                 # the engine and the dtype the samples will be generated in (recorded, checked on a resume)
                 engine = resolve_engine(cfg.engine, model_path=sources[spec].path)
                 dtype = generation_dtype(engine, cfg.dtype, sources[spec].path)
+                tokenizer, context = load_tokenizer(sources[spec].path), model_context(sources[spec].path)
                 plan = []
                 for bench, probs, data in loaded:
                     settings = file_settings(bench, sources[spec].identity, name, n=cfg.n,
-                                             temperature=cfg.temperature, top_p=cfg.top_p,
+                                             temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                              max_tokens=cfg.max_tokens, template=cfg.template, seed=cfg.seed,
                                              data=data, engine=engine, dtype=dtype)
                     # raises on a settings mismatch, before any model loads
                     prepare(out / name / f"{bench.name}.jsonl", probs, settings)
+                    # every prompt plus its budget fits the model's context (or the config's max_context): checked
+                    # now, before any weights load, not found when a response runs past the last position
+                    ids = {p.id: tokenizer(render_prompt(settings["template"], p.question, tokenizer),
+                                           add_special_tokens=False)["input_ids"] for p in probs}
+                    check_context(f"--model {spec}: {bench.name}", ids, settings["max_tokens"], context,
+                                  cap=cfg.max_context, where=str(Path(sources[spec].path) / "config.json"),
+                                  hint="" if cfg.profile else f", or give the backbone's --profile "
+                                                              f"({', '.join(PROFILES)})")
                     plan.append((bench, probs, settings))
                 plans.append((spec, name, engine, dtype, plan))
             for spec, name, engine, dtype, plan in plans:
@@ -341,7 +357,8 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
 
 EPILOG = """\
 settings, each layer overriding the one before:
-  the defaults of eval.config.EvalConfig < --config FILE.yaml < the flags above < key=value overrides
+  the defaults of eval.config.EvalConfig < --profile NAME (eval/configs/NAME.yaml, a backbone's sampling settings)
+  < --config FILE.yaml < the flags above < key=value overrides
   (a field's key is its flag without the dashes, with underscores: --max-tokens 3072 is max_tokens=3072;
   --model is models, --name names, --no-progress progress=false; lists as a,b or [a, b]; null for unset).
   Presets: eval/configs/.

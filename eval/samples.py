@@ -24,7 +24,7 @@ __all__ = ["CHECKED_SETTINGS", "GENERATION_SETTINGS", "read_samples", "repair", 
            "check_settings"]
 
 # settings that must match for new lines to be appended to an existing file (timing may differ)
-CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p",
+CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p", "top_k",
                     "max_tokens", "template", "seed", "samples_file")
 # how the samples were generated (the resolved engine, hf or vllm, and its dtype; None for a --samples file): one
 # file holds one engine's samples in one precision. Lines written before these were recorded say nothing about
@@ -85,13 +85,20 @@ def append_row(f, row: dict) -> None:
     f.flush()
 
 
+def _added_defaults(have: dict) -> dict:
+    """What a sampling setting recorded only from a later version stands for in a line without it: ``top_k`` was
+    off (0) for every line generated here before it was recorded (those lines record a temperature), and None for a
+    graded ``--samples`` line (its temperature is None too)."""
+    return {"top_k": 0 if have.get("temperature") is not None else None}
+
+
 def check_settings(path: str | os.PathLike, rows: list[dict], settings: dict) -> None:
     """``contracts.settings.SettingsMismatch`` (a ValueError) naming the file, the first problem whose line was
     written with other settings and each differing field (``CHECKED_SETTINGS``, then ``GENERATION_SETTINGS``), when
     there is one."""
     for row in rows:
         have, where = row.get("settings") or {}, f"{path} (problem {row.get('problem_id')!r})"
-        check_recorded(have, settings, CHECKED_SETTINGS, where=where,
+        check_recorded(have, settings, CHECKED_SETTINGS, where=where, defaults=_added_defaults(have),
                        fix="use a new --out directory, or delete the file to start over")
         old = {k: have.get(k, settings.get(k)) for k in GENERATION_SETTINGS}
         check_recorded(have, settings, GENERATION_SETTINGS, where=where,

@@ -18,7 +18,7 @@ import torch
 from inference.batching import micro_batches
 from inference.flat import build_layout, run_layout
 from inference.layers import DecodeLayer, fast_path_unsupported_reason, rms_norm, rotate_half_matrix
-from inference.protocol import Completion, check_generate_args, prompt_budgets
+from inference.protocol import TOP_K_OFF, Completion, check_generate_args, prompt_budgets, resolve_top_k
 from inference.stops import eos_list
 
 __all__ = ["HFSampler", "RowStreams", "draw", "sample_next_token"]
@@ -29,15 +29,23 @@ def sample_next_token(
     *,
     temperature: float,
     top_p: float,
+    top_k: int = TOP_K_OFF,
     generator: torch.Generator | None = None,
     u: torch.Tensor | None = None,  # [b] float64 uniforms in [0, 1), one per row (instead of ``generator``)
 ) -> torch.Tensor:  # [b] int64
-    """Draw one token per row. temperature 0 is greedy (argmax). top_p < 1 keeps the smallest set of the most
-    probable tokens whose mass reaches top_p (always at least the top token), as transformers' TopPLogitsWarper
-    and vLLM do, and renormalises over it. Each row uses one uniform, from ``u`` or else ``generator``."""
+    """Draw one token per row. temperature 0 is greedy (argmax). top_k >= 1 keeps the k most probable tokens (and
+    any tied with the k-th), top_p < 1 then keeps the smallest set of the most probable of those whose renormalised
+    mass reaches top_p (always at least the top token), and the draw is renormalised over what is kept: the order
+    of transformers' warpers (temperature, TopKLogitsWarper, TopPLogitsWarper) and of vLLM's sampler
+    (``apply_top_k_top_p``: top-k masks the logits, top-p is computed on the softmax of what is left). top_k 0 or -1
+    is off (``inference.protocol.resolve_top_k``). Each row uses one uniform, from ``u`` or else ``generator``."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
+    top_k = resolve_top_k(top_k)
+    if top_k != TOP_K_OFF and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]   # [b, 1] the k-th largest logit of each row
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p >= 1.0:
         return draw(torch.softmax(logits, dim=-1), generator, u=u)
     sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
@@ -122,18 +130,19 @@ class _DecodeBook:
         self.logp = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
         self.ent = torch.full((b, max_new), float("nan"), device=device) if logprobs else None
 
-    def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    def step(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
         """Sample token t of every current row from ``logits`` [b_cur, V] and record it; returns the tokens."""
         rows, alive = self.rows, self.alive
         per_row = isinstance(self.rng, RowStreams)
         u = self.rng.uniforms(self.rows_np, t) if per_row and temperature > 0 else None
         gen = None if per_row else self.rng
-        if self.logp is not None and temperature > 0 and top_p >= 1.0:
+        if self.logp is not None and temperature > 0 and top_p >= 1.0 and top_k == TOP_K_OFF:
             # sample_next_token's own arithmetic (same draws), keeping the probabilities it sampled from
             probs = torch.softmax(logits / temperature, dim=-1)
             tok = draw(probs, gen, u=u)
         else:
-            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, generator=gen, u=u)  # [b_cur]
+            tok = sample_next_token(logits, temperature=temperature, top_p=top_p, top_k=top_k, generator=gen,
+                                    u=u)  # [b_cur]
             probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1) \
                 if self.logp is not None else None
         self.out[rows, t] = tok
@@ -150,10 +159,10 @@ class _DecodeBook:
     def any_alive(self) -> bool:
         return bool(self.alive.any())
 
-    def advance(self, t: int, logits: torch.Tensor, temperature: float, top_p: float):
+    def advance(self, t: int, logits: torch.Tensor, temperature: float, top_p: float, top_k: int):
         """``step`` t, then what the decode loop needs: None when decoding is over (last step or no row alive),
         else (the tokens of the rows that go on, the indices of those rows when some were dropped, else None)."""
-        tok = self.step(t, logits, temperature, top_p)
+        tok = self.step(t, logits, temperature, top_p, top_k)
         if t == self.out.shape[1] - 1 or not self.any_alive():
             return None
         keep = self.drop_finished()
@@ -316,17 +325,22 @@ class HFSampler:
         max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = TOP_K_OFF,
         seed: int | None = None,
         logprobs: bool = False,
         prefix_lens: Sequence[int] | None = None,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """``prefix_lens[i]``: how many leading tokens of prompt i are a prefix that other prompts share (e.g. the
+        """``top_k``: keep the k most likely tokens before top-p (``sample_next_token``; 0 or -1: off); log-probs
+        are of the whole distribution at the temperature, before top-k and top-p.
+
+        ``prefix_lens[i]``: how many leading tokens of prompt i are a prefix that other prompts share (e.g. the
         question before a Thinking Seeds seed); the prefill computes each distinct prefix once. Default: the whole
         prompt, so only equal prompts share. A hint: the completions are the same whatever it says.
 
         ``seeds[i]``: prompt i's own random stream (``RowStreams``); ``seed`` is then not used."""
-        check_generate_args(prompts, max_new_tokens, temperature, top_p, seeds)
+        check_generate_args(prompts, max_new_tokens, temperature, top_p, seeds, top_k)
+        top_k = resolve_top_k(top_k)
         if prefix_lens is not None and len(prefix_lens) != len(prompts):
             raise ValueError(f"prefix_lens has {len(prefix_lens)} entries for {len(prompts)} prompts")
         budgets = prompt_budgets(prompts, max_new_tokens)
@@ -350,9 +364,11 @@ class HFSampler:
                     crng = rng.take(idx) if isinstance(rng, RowStreams) else rng
                     if self.fast:
                         pre = None if prefix_lens is None else [prefix_lens[i] for i in idx]
-                        comps = self._generate_fast(chunk, limits, temperature, top_p, crng, device, logprobs, pre)
+                        comps = self._generate_fast(chunk, limits, (temperature, top_p, top_k), crng, device,
+                                                    logprobs, pre)
                     else:
-                        comps = self._generate_generic(chunk, limits, temperature, top_p, crng, device, logprobs)
+                        comps = self._generate_generic(chunk, limits, (temperature, top_p, top_k), crng, device,
+                                                       logprobs)
                     for i, comp in zip(idx, comps):
                         results[i] = comp
         finally:
@@ -361,8 +377,9 @@ class HFSampler:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _generate_fast(self, chunk, limits, temperature, top_p, rng, device, logprobs,
+    def _generate_fast(self, chunk, limits, sampling, rng, device, logprobs,
                        prefix_lens=None) -> list[Completion]:
+        """``sampling``: (temperature, top_p, top_k), as ``_DecodeBook.advance`` takes them."""
         max_new = int(limits.max())
         model = self.model
         inner = model.model
@@ -415,7 +432,7 @@ class HFSampler:
 
         mask_kv = per_kv_head(mask_add)
         for t in range(max_new):
-            nxt = book.advance(t, logits, temperature, top_p)
+            nxt = book.advance(t, logits, *sampling)
             if nxt is None:
                 break
             tok, keep = nxt
@@ -511,8 +528,9 @@ class HFSampler:
         cache.prefill_rows = None
         return logits
 
-    def _generate_generic(self, chunk, limits, temperature, top_p, rng, device, logprobs) -> list[Completion]:
-        """Any causal LM: model.forward with a DynamicCache, left padding and explicit position ids."""
+    def _generate_generic(self, chunk, limits, sampling, rng, device, logprobs) -> list[Completion]:
+        """Any causal LM: model.forward with a DynamicCache, left padding and explicit position ids. ``sampling``:
+        (temperature, top_p, top_k)."""
         max_new = int(limits.max())
         from transformers import DynamicCache
 
@@ -536,7 +554,7 @@ class HFSampler:
         book = _DecodeBook(b, max_new, limits, self.eos_token_ids, self.pad_token_id, device, logprobs, rng)
         next_pos = pos[:, -1] + 1
         for t in range(max_new):
-            nxt = book.advance(t, logits, temperature, top_p)
+            nxt = book.advance(t, logits, *sampling)
             if nxt is None:
                 break
             tok, keep = nxt

@@ -15,12 +15,14 @@ neither: fresh randomness.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
-import torch
 
-__all__ = ["SEED_LIMIT", "Completion", "Sampler", "check_generate_args", "prompt_budgets"]
+if TYPE_CHECKING:   # an annotation only: the argument rules (top-k, seeds) load without torch (eval.inputs)
+    import torch
+
+__all__ = ["SEED_LIMIT", "TOP_K_OFF", "Completion", "Sampler", "check_generate_args", "prompt_budgets", "resolve_top_k"]
 
 
 @dataclass
@@ -28,7 +30,8 @@ class Completion:
     token_ids: list[int]  # generated ids; ends with an EOS id when finish_reason == "stop", nothing after it
     finish_reason: str  # "stop" (an EOS id was generated) | "length" (max_new_tokens reached)
     # with generate(..., logprobs=True): per generated token, log pi(token) and the entropy (nats) of the
-    # distribution it was drawn from, both at the sampling temperature before top-p (what the trainer computes)
+    # distribution it was drawn from, both at the sampling temperature before top-k and top-p (what the trainer
+    # computes)
     logprobs: list[float] | None = None
     entropies: list[float] | None = None
 
@@ -41,6 +44,7 @@ class Sampler(Protocol):
         max_new_tokens: int | Sequence[int],  # one budget for all prompts, or one per prompt
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = 0,  # keep the k most likely tokens before top-p (0 or -1: off; ``resolve_top_k``)
         seed: int | None = None,  # one seed for the call (unused when ``seeds`` is given)
         logprobs: bool = False,  # also return each token's log-prob and entropy (engines that can)
         prefix_lens: Sequence[int] | None = None,  # leading tokens of each prompt that other rows share (a hint)
@@ -61,10 +65,22 @@ def prompt_budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int | Seque
 
 
 SEED_LIMIT = 2**63   # per-prompt seeds are non-negative and fit a signed 64-bit integer (vLLM, torch)
+# top-k off: vLLM's convention (``SamplingParams.top_k``: "0 (or -1) to consider all tokens"; vLLM 0.32 prefers 0
+# and quietly accepts -1, its older default) and transformers' (``top_k=0`` adds no TopKLogitsWarper). Both spellings
+# are accepted; 0 is what is recorded, so a file written with -1 and one written with 0 are the same setting.
+TOP_K_OFF = 0
+
+
+def resolve_top_k(top_k) -> int:
+    """``top_k`` as the engines take it: an integer >= 1 (keep the k most likely tokens), or ``TOP_K_OFF`` for 0 and
+    -1 (every token); ValueError for anything else."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or int(top_k) < -1:
+        raise ValueError(f"top_k must be an integer >= 1, or 0 (or -1) for off; got {top_k!r}")
+    return TOP_K_OFF if int(top_k) in (0, -1) else int(top_k)
 
 
 def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float,
-                        seeds: Sequence[int] | None = None):
+                        seeds: Sequence[int] | None = None, top_k: int = TOP_K_OFF):
     if seeds is not None:
         if len(seeds) != len(prompts):
             raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts; give one seed per prompt")
@@ -77,6 +93,7 @@ def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temper
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    resolve_top_k(top_k)
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token (e.g. BOS)")

@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 import torch
 
 from inference.hub import ModelSourceError, is_hub_id, local_model_dir
-from inference.protocol import Completion, check_generate_args, prompt_budgets
+from inference.protocol import TOP_K_OFF, Completion, check_generate_args, prompt_budgets, resolve_top_k
 from inference.stops import eos_list
 
 __all__ = ["VLLMSampler", "vllm_available"]
@@ -451,16 +451,20 @@ class VLLMSampler:
         max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = TOP_K_OFF,
         seed: int | None = None,
         logprobs: bool = False,
         prefix_lens: Sequence[int] | None = None,   # unused: vLLM's prefix caching finds shared prefixes itself
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """``logprobs=True``: each generated token's log-prob after temperature (vLLM's processed log-probs; with
-        top_p < 1 they are renormalised over the nucleus, where the HF engine's are before top-p); no entropy.
+        """``top_k``: ``SamplingParams.top_k`` (0 or -1: off, vLLM's own convention; top-k before top-p, as the HF
+        engine draws). ``logprobs=True``: each generated token's log-prob after temperature (vLLM's processed
+        log-probs; with top_k on or top_p < 1 they are renormalised over what is kept, where the HF engine's are
+        before top-k and top-p); no entropy.
         ``seeds[i]`` is request i's own ``SamplingParams.seed`` (vLLM draws a seeded request from its own
         generator, whatever it is batched with); without it request i gets ``seed * 1_000_003 + i``."""
-        check_generate_args(prompts, max_new_tokens, temperature, top_p, seeds)
+        check_generate_args(prompts, max_new_tokens, temperature, top_p, seeds, top_k)
+        top_k = resolve_top_k(top_k)
         self._require_awake()
         budgets = prompt_budgets(prompts, max_new_tokens)
         todo = [i for i, m in enumerate(budgets) if m > 0]
@@ -474,6 +478,7 @@ class VLLMSampler:
                 n=1,
                 temperature=temperature,
                 top_p=top_p,
+                top_k=top_k,
                 max_tokens=budgets[i],
                 seed=int(seeds[i]) if seeds is not None else
                 None if seed is None else (int(seed) * 1_000_003 + i) % (2**63 - 1),

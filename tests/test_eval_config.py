@@ -54,14 +54,19 @@ def test_preset_with_flags_and_overrides_equals_the_flags_alone(tmp_path):
 
 def test_every_preset_loads_and_validates():
     presets = sorted((REPO / "eval" / "configs").glob("*.yaml"))
-    assert [p.name for p in presets] == ["paper_code.yaml", "paper_math.yaml"]
-    math = load_eval_config(presets[1], ["models=[m]"])
+    assert [p.name for p in presets] == ["deepseek-r1-distill-qwen-1.5b.yaml", "paper_code.yaml", "paper_math.yaml",
+                                         "qwen2.5-math-7b.yaml", "qwen3-4b-thinking-2507.yaml"]
+    math = load_eval_config(REPO / "eval/configs/paper_math.yaml", ["models=[m]"])
     validate(math)
-    assert (math.benchmarks, math.n, math.temperature, math.top_p, math.max_tokens) == (
-        ["aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench"], 32, 0.6, 0.95, 3072)
-    code = load_eval_config(presets[0], ["models=[m]"])
+    # the paper's table: its benchmarks and avg@32; the sampling settings are the backbone's profile's
+    assert (math.benchmarks, math.n, math.profile, math.temperature, math.max_tokens) == (
+        ["aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench"], 32, None, None, None)
+    code = load_eval_config(REPO / "eval/configs/paper_code.yaml", ["models=[m]"])
     validate(code)
-    assert (code.benchmarks, code.max_tokens) == (["livecodebench"], 16384)
+    assert (code.benchmarks, code.n, code.profile, code.template, code.top_k, code.max_tokens) == (
+        ["livecodebench"], 32, "qwen3-4b-thinking-2507", "lcb", 20, 16384)
+    for p in presets:
+        validate(load_eval_config(p, ["models=[m]", "benchmarks=[addition]"]))
 
 
 def test_a_bad_choice_is_one_line_naming_the_field_and_its_choices(tmp_path, capsys):

@@ -45,6 +45,7 @@ def test_vllm_is_installed_where_the_suite_runs():
 def test_hf_and_vllm_engines_agree(scenarios):
     r = _scenario("agree", scenarios)
     assert r["greedy_equal"] and r["greedy_reasons_equal"]
+    assert r["top_k1_is_greedy"]                          # top-k 1 (temperature 1, top-p 0.9): greedy in both engines
     # processed log-probs are the trainer's temperature-scaled log-probs of the same tokens
     assert r["logp_diff_max"] < 1e-4 and r["n_logprobs_match_tokens"]
     assert r["entropies"] == [None]                       # vLLM returns none: the trainer's forward gives them

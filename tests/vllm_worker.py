@@ -56,6 +56,9 @@ def agree(out: Path) -> dict:
     hf = make_sampler(model, tok, engine="hf")
     greedy_v = vl.generate(prompts, max_new_tokens=24, temperature=0.0)
     greedy_h = hf.generate(prompts, max_new_tokens=24, temperature=0.0)
+    # top-k 1 at temperature 1 (and under top-p): the greedy tokens, in either engine
+    topk1_v = vl.generate(prompts, max_new_tokens=24, temperature=1.0, top_p=0.9, top_k=1, seed=11)
+    topk1_h = hf.generate(prompts, max_new_tokens=24, temperature=1.0, top_p=0.9, top_k=1, seed=11)
     sampled = vl.generate(prompts * 4, max_new_tokens=24, temperature=0.7, seed=5, logprobs=True)
     again = vl.generate(prompts * 4, max_new_tokens=24, temperature=0.7, seed=5)
     ref = _trainer_logprobs(model, tok, prompts * 4, sampled, 0.7)
@@ -64,6 +67,8 @@ def agree(out: Path) -> dict:
     return {
         "greedy_equal": [c.token_ids for c in greedy_v] == [c.token_ids for c in greedy_h],
         "greedy_reasons_equal": [c.finish_reason for c in greedy_v] == [c.finish_reason for c in greedy_h],
+        "top_k1_is_greedy": ([c.token_ids for c in topk1_v] == [c.token_ids for c in topk1_h]
+                             == [c.token_ids for c in greedy_h]),
         "logp_diff_max": _max_diff(sampled, ref),
         "n_logprobs_match_tokens": all(len(c.logprobs) == len(c.token_ids) for c in sampled),
         "entropies": [c.entropies for c in sampled[:1]],

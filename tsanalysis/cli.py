@@ -189,7 +189,8 @@ def _cmd_relay(args) -> None:
 
     tables, out_dir, settings = run_relay(
         early=args.early, final=args.final, benchmark=args.benchmark, problems=args.problems, n=args.n,
-        cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+        cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        seed=args.seed,
         limit=args.limit, engine=args.engine, template=args.template, out=args.out,
         batch_problems=args.batch_problems)
     print(format_passk(tables["relay_passk"]))
@@ -327,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=_positive_int, default=None, help="response budget (default: benchmark's)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, >= 0 (0 is greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1]")
+    p.add_argument("--top-k", type=int, default=0,
+                   help="keep the k most likely tokens before top-p; 0 or -1: off (default; recorded as 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=_positive_int, default=None, help="only the first K problems")
     p.add_argument("--engine", choices=ENGINES, default="auto",

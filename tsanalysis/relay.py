@@ -6,7 +6,9 @@ For every problem and each of n samples:
 2. the prefix is its first ``floor(cut · |õ|)`` tokens, where |õ| excludes a trailing EOS (so the prefix never
    holds the EOS; ``cut = 0`` gives an empty prefix, ``cut = 1`` the whole response without its EOS);
 3. the FINAL checkpoint continues from prompt + prefix (relay response = prefix + continuation, within the same
-   ``max_tokens`` budget as a final-only response: the continuation is cut at ``max_tokens − |prefix|``);
+   ``max_tokens`` budget as a final-only response: the continuation is cut at ``max_tokens − |prefix|``), so no
+   row is longer than prompt + ``max_tokens``: that must fit both checkpoints' context (config.json's
+   max_position_embeddings, ``eval.parallel.model_context``), or the run is refused before any model loads;
 4. independently, the final checkpoint samples n final-only responses from the prompt.
 
 All three sets (early-only, relay, final-only) are graded with the benchmark's grader through eval's batch grader
@@ -31,14 +33,16 @@ Output folder: ``prefixes.jsonl`` (early phase), ``results.jsonl`` (per problem)
 settings the JSONL files belong to, the resolved engine and the dtype the samples were generated in among them:
 both checkpoints generate in the final checkpoint's dtype; ``contracts.settings.claim_folder``: a rerun with
 different settings, another engine or dtype included, is refused, and so is a non-empty folder without that file;
-a folder written before engine and dtype were recorded is taken to match). ``run_relay`` returns the tables
-``relay_problems`` and ``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the
-demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). Bad input raises
-``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded and before the output folder
-is claimed: sampling values, the checkpoints' files (``eval.inputs.check_model``: a training run folder is named
-with its newest checkpoint; missing weights or tokenizer, a truncated safetensors file), the problems, an output
-path that is a file. A folder claimed by a run whose first model then fails to load is removed again when it holds
-nothing else. This module is a library: the command line is ``tsanalysis.cli``.
+a folder written before engine and dtype were recorded is taken to match, one written before top-k was recorded
+reads as top-k off). Sampling is temperature, then top-k (``top_k``; 0 or -1: off), then top-p, in every phase.
+``run_relay`` returns the tables ``relay_problems`` and ``relay_passk`` with their settings; its callers (the
+``tsanalysis relay`` command, the demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and
+``settings.json``). Bad input raises ``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is
+loaded and before the output folder is claimed: sampling values, the checkpoints' files
+(``eval.inputs.check_model``: a training run folder is named with its newest checkpoint; missing weights or
+tokenizer, a truncated safetensors file), the problems, an output path that is a file. A folder claimed by a run
+whose first model then fails to load is removed again when it holds nothing else. This module is a library: the
+command line is ``tsanalysis.cli``.
 """
 
 from __future__ import annotations
@@ -66,11 +70,13 @@ __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokeniz
 
 SETTINGS_FILE = "relay_settings.json"   # the settings the folder's JSONL files belong to (contracts.settings)
 IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
-                 "top_p", "seed", "batch_problems", "engine", "dtype")
+                 "top_p", "top_k", "seed", "batch_problems", "engine", "dtype")
 # how the samples were generated (the resolved engine, hf or vllm, and the dtype): one folder holds one engine's
 # samples in one precision, as an eval.run results file does (eval.samples.GENERATION_SETTINGS). A folder written
 # before they were recorded says nothing about them; it is taken to match (refusing it could be wrong).
 GENERATION_KEYS = ("engine", "dtype")
+# a sampling setting recorded from a later version, and what a folder written before stands for: top-k was off
+ADDED_DEFAULTS = {"top_k": 0}
 
 
 # ---- pure pieces -----------------------------------------------------------------------------------------------
@@ -231,16 +237,17 @@ def _unclaimed_on_error(out_dir: Path, claimed: bool):
 
 def run_relay(*, early: str, final: str, benchmark: str | None = None, problems: str | None = None, n: int = 64,
               cut: float = 0.5, max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
-              seed: int = 0, limit: int | None = None, engine: str = "auto", template: str | None = None,
-              out: str | os.PathLike | None = None, batch_problems: int = 8,
+              top_k: int = 0, seed: int = 0, limit: int | None = None, engine: str = "auto",
+              template: str | None = None, out: str | os.PathLike | None = None, batch_problems: int = 8,
               log: Callable[[str], None] = print) -> tuple[dict[str, pd.DataFrame], Path, dict]:
     """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring."""
     from transformers import AutoTokenizer
 
     from inference import load_policy, make_sampler, resolve_engine
     from eval.grading import grade_responses
-    from eval.inputs import EvalInputError, check_model
-    from eval.parallel import checkpoint_dtype
+    from eval.inputs import EvalInputError, check_context, check_model
+    from eval.parallel import checkpoint_dtype, model_context
+    from inference.protocol import resolve_top_k
     from scoring.grading import GRADE_TIMEOUT_S
     from scoring.pool import WorkerPool, apply
     from scoring.templates import render_prompt
@@ -254,6 +261,10 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         raise RelayError(f"--temperature must be >= 0, got {temperature} (0 is greedy)")
     if not 0 < top_p <= 1:
         raise RelayError(f"--top-p must lie in (0, 1], got {top_p}")
+    try:
+        top_k = resolve_top_k(top_k)
+    except ValueError as e:
+        raise RelayError(f"--top-k: {e}") from None
     if max_tokens is not None and max_tokens < 1:
         raise RelayError(f"--max-tokens must be >= 1, got {max_tokens}")
     sources = {}   # a folder, or a hub id's snapshot in the Hugging Face cache (inference.hub), its files checked
@@ -294,15 +305,24 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
         if not ids:
             raise RelayError(f"problem {p.id}: the rendered prompt is empty")
         prompt_ids[str(p.id)] = ids
+    # a relay row (prompt + prefix + continuation) and a final-only row both hold at most prompt + max_tokens tokens:
+    # each checkpoint's context must hold the longest, checked before any model loads
+    for name, folder in (("early", early_dir), ("final", final_dir)):
+        try:
+            check_context(f"--{name} {early if name == 'early' else final}: {bench.name}", prompt_ids, max_tokens,
+                          model_context(folder), where=str(Path(folder) / "config.json"))
+        except EvalInputError as e:
+            raise RelayError(str(e)) from None
 
     # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
     identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
                 "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
-                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
+                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k,
+                "seed": seed,
                 "batch_problems": batch_problems, "engine": engine_used, "dtype": dtype}
     try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
         claimed = claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
-                               defaults={k: identity[k] for k in GENERATION_KEYS},
+                               defaults={**{k: identity[k] for k in GENERATION_KEYS}, **ADDED_DEFAULTS},
                                fix="use another --out or delete that folder (its samples come from one engine in one "
                                    "dtype: to resume it, rerun with its --engine)")
     except SettingsMismatch as e:
@@ -345,7 +365,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
             ids = [str(p.id) for p in chunk]
             s = derive_seed(seed, "early", *ids)
             comps = sampler.generate([prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=max_tokens,
-                                     temperature=temperature, top_p=top_p, seed=s)
+                                     temperature=temperature, top_p=top_p, top_k=top_k, seed=s)
             graded = grade(chunk, [[c.token_ids for c in comps[j * n:(j + 1) * n]] for j in range(len(chunk))])
             recs = []
             for j, p in enumerate(chunk):
@@ -379,9 +399,9 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
             # relay: one call with the longest budget any row needs, then each continuation is cut to its budget
             budget = [max_tokens - len(pf) for pf in pre]
             relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)),
-                                     temperature=temperature, top_p=top_p, seed=s)
+                                     temperature=temperature, top_p=top_p, top_k=top_k, seed=s)
             final_only = sampler.generate(base, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                                          seed=s)
+                                          top_k=top_k, seed=s)
             relay_ids, relay_fin = [], []
             for pf, c, b in zip(pre, relay, budget):
                 cont = c.token_ids[:max(0, b)]

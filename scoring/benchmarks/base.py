@@ -1,9 +1,11 @@
 """The benchmark interface: every benchmark module builds one ``Benchmark`` and the registry lists them.
 
 A benchmark knows how to load its problems (from a path, or its default location), how to render a problem
-into the question text a template wraps, and how to grade one response. Generation defaults follow the paper
-(avg@32 at temperature 0.6 for math). The version string changes whenever loading or grading changes, and is
-written next to every score, with the data source (``describe``) and a fingerprint of the problems.
+into the question text a template wraps, and how to grade one response. Generation defaults: n = 32 is the paper's
+(avg@32, §5.1); the paper states no sampling settings, so temperature 0.6 / top-p 0.95 are DeepSeek-R1's and the
+Qwen3 cards' (eval/configs/<profile>.yaml cites each backbone's; docs/evaluation.md). The version string changes
+whenever loading or grading changes, and is written next to every score, with the data source (``describe``) and a
+fingerprint of the problems.
 """
 
 from __future__ import annotations

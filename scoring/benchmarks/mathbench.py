@@ -25,7 +25,8 @@ from contracts.jsonl import iter_jsonl
 __all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "read_jsonl", "read_jsonl_located", "load_rows", "grade_problem", "math_benchmark"]
 
 DATA_ENV = "THINKING_SEEDS_DATA"
-# the paper reports avg@32 at temperature 0.6, top-p 0.95
+# n 32: the paper's avg@32 (§5.1); temperature 0.6 / top-p 0.95 are not the paper's (it states none) but the
+# DeepSeek-R1 card's evaluation setting (docs/evaluation.md); a backbone's profile (eval/configs/) overrides them
 MATH_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096}
 
 
