@@ -21,7 +21,7 @@ from contracts.config import ConfigError, build, load, to_dict
 from inference.names import EngineName
 from inference.names import TINY_SIZES
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
-from trainer.algos import AdvScale, Algorithm, KlEstimator, LossAgg, SeedLoss, SeedRule, StaleLoss
+from trainer.algos import AdvScale, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule, StaleLoss
 from trainer.tracking import TrackerName
 
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "loss_kwargs", "to_dict",
@@ -167,6 +167,17 @@ class Config:
     # M2PO (algorithm=m2po)
     m2po_tau: float = 0.04                # second-moment threshold (also seed_stale_loss=m2po)
     m2po_staleness: int = 4               # train on rollouts written this many steps ago
+    # --- rollout correction ----------------------------------------------------------------------------
+    rollout_correction: RolloutCorrection = "none"  # the sampler-vs-trainer mismatch w = pi_old / pi_sampler on the
+                                          # tokens the engine sampled (trainer/algos/rollout_correction.py,
+                                          # docs/recipes.md "Rollout correction"; rollout_corr/* logged always):
+                                          # none = metrics only | tis = loss * min(w, C) | mis_token = drop tokens
+                                          # with w outside [1/C, C] | mis_seq = drop responses whose product of w is
+                                          # outside it | mis_geo = the same by its geometric mean. Dropped tokens
+                                          # leave the token-mean denominator; mis_* costs one no-grad forward per
+                                          # step (pi_old before the update). Seed tokens, stale and off-policy rows
+                                          # have no sampler log-prob: weight 1, never dropped
+    rollout_correction_cap: float = 2.0   # C (> 1): 2 for tis, mis_token, mis_seq (verl's default); ~1.001 for mis_geo
     # --- logging and checkpoints ------------------------------------------------------------------------
     save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
     keep_checkpoints: int = 3             # newest checkpoints kept (0 = all): each a Hugging Face model (2 B/param
@@ -283,6 +294,9 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     if cfg.algorithm == "m2po":
         _check(cfg.m2po_tau > 0, "m2po_tau must be > 0")
         _check(cfg.m2po_staleness >= 0, "m2po_staleness must be >= 0")
+    _check(cfg.rollout_correction == "none" or cfg.rollout_correction_cap > 1.0,
+           f"rollout_correction_cap must be > 1 (tis keeps min(w, C); mis_* keeps 1/C <= w <= C), got "
+           f"{cfg.rollout_correction_cap:g} with rollout_correction={cfg.rollout_correction}; 2 is verl's default")
     _check(cfg.sft_steps == 0 or (cfg.model.startswith("tiny:") and not cfg.train_file),
            "sft_steps (supervised warm-up) applies to tiny:<size> models on embedded tasks; set it to 0")
     _check(cfg.sft_stop_loss >= 0, f"sft_stop_loss must be >= 0 (0: no early stop), got {cfg.sft_stop_loss}")

@@ -21,9 +21,12 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
   refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
   fresh on-policy prompts unless ``refill=none``.
 
-Two more fields, both off by default (DAPO has neither): ``kl_coef`` > 0 adds a KL penalty to a frozen copy of the
-initial policy (``trainer/algos/kl.py``, ``kl_estimator`` as verl's ``kl_loss_type``; logged as ``actor/kl``), and
-``reward_fn=module:function`` grades with a user function in place of the task's grader (``scoring/rewards.py``).
+More fields, all off by default (DAPO has none of them): ``kl_coef`` > 0 adds a KL penalty to a frozen copy of the
+initial policy (``trainer/algos/kl.py``, ``kl_estimator`` as verl's ``kl_loss_type``; logged as ``actor/kl``);
+``reward_fn=module:function`` grades with a user function in place of the task's grader (``scoring/rewards.py``);
+``rollout_correction`` (tis | mis_token | mis_seq | mis_geo, cap ``rollout_correction_cap``) corrects the sampler
+vs trainer mismatch on sampled tokens (``trainer/algos/rollout_correction.py``; ``rollout_corr/`` metrics are logged
+every step, also with ``none``); ``code_reward=klear`` grades code with KlearReasoner's verifier.
 
 Every algorithm's per-token loss is one entry of the table ``trainer.algos.LOSSES`` (pure functions,
 ``trainer/algos/objectives.py``; hyperparameters from ``trainer.config.loss_kwargs``), reduced by

@@ -11,6 +11,13 @@ With ``kl_coef > 0`` the loss also holds ``kl_coef`` times the KL penalty to the
 ``use_kl_loss`` adds ``kl_loss_coef * agg_loss(kld)``): the reference log-probs are one no-grad forward of the
 reference (``score``) per rollout batch, before the first update; ``actor/kl`` is the estimate's token-mean over
 the response tokens of the batch.
+
+``rollout_correction`` (``trainer.algos.rollout_correction``) corrects the sampler-vs-trainer mismatch on the tokens
+the engine sampled: ``tis`` multiplies each token's policy loss by min(pi_old / pi_sampler, C); the ``mis_*`` modes
+drop tokens or whole responses from the loss mask, and so from the step's token-mean denominator. That mask must be
+known before the first backward, so under ``mis_*`` pi_old is the no-grad forward taken before the update (as with
+mini-batching). ``rollout_corr/*`` (mean weight, share clipped or masked, k3 KL, log-perplexity ratio) is logged
+every step, under ``none`` too.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ from typing import NamedTuple
 import torch
 
 from inference.batching import micro_batches
-from trainer.algos import (LOSSES, TokenBatch, group_advantages, kl_penalty, loss_denominator, loss_mask, m2po_mask,
-                           reduce_loss)
+from trainer.algos import (LOSSES, MASKING_CORRECTIONS, MISMATCH_SUMS, TokenBatch, group_advantages, kl_penalty,
+                           loss_denominator, loss_mask, m2po_mask, reduce_loss, rollout_keep, rollout_mismatch_metrics,
+                           rollout_mismatch_sums, rollout_weights)
 from trainer.config import Config, loss_kwargs
 from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm, reshard
 from trainer.policy import _DTYPES, response_logprobs, score, use_flat
@@ -85,11 +93,34 @@ def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None) -> To
     )
 
 
-def rows_loss_mask(cfg: Config, rows: list[Rollout]) -> torch.Tensor:
-    """The loss mask [n, longest response] of rows, from their lengths alone (for the step's denominator)."""
+def _response_mask(rows: list[Rollout]) -> torch.Tensor:  # [n, longest response] bool
     lengths = torch.tensor([len(r.response_ids) for r in rows], dtype=torch.long)
-    resp = torch.arange(max(1, int(lengths.max()))).unsqueeze(0) < lengths.unsqueeze(1)
-    return loss_mask(resp, torch.tensor([r.seed_len for r in rows], dtype=torch.long), seed_loss=cfg.seed_loss)
+    return torch.arange(max(1, int(lengths.max()))).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def rows_loss_mask(cfg: Config, rows: list[Rollout], rollout_kept: dict | None = None) -> torch.Tensor:
+    """The loss mask [n, longest response] of rows (for the step's denominator): from their lengths, less the tokens
+    masked IS drops (``rollout_kept``, by ``row_key``: ``rollout_keep_masks``; None: none dropped)."""
+    resp = _response_mask(rows)
+    keep = None if rollout_kept is None else _stack(rows, [rollout_kept[row_key(r)] for r in rows], resp.shape[1],
+                                                    1.0).bool()
+    return loss_mask(resp, torch.tensor([r.seed_len for r in rows], dtype=torch.long), seed_loss=cfg.seed_loss,
+                     rollout_keep=keep)
+
+
+def rollout_keep_masks(cfg: Config, rows: list[Rollout], old: dict | None) -> dict | None:
+    """Masked IS's kept tokens of every row of the mini-batch (``rollout_correction=mis_*``; None otherwise), from
+    pi_old before the update (``old``) and the sampler's log-probs: computed once, so the denominator and every
+    micro-batch's mask are the same tensor's."""
+    if cfg.rollout_correction not in MASKING_CORRECTIONS:
+        return None
+    assert old is not None, f"rollout_correction={cfg.rollout_correction} needs old= (pi_old before the update)"
+    resp = _response_mask(rows)
+    R = resp.shape[1]
+    keep = rollout_keep(_stack(rows, [old[row_key(r)] for r in rows], R, 0.0),
+                        _stack(rows, [r.sampler_logp for r in rows], R), resp,
+                        mode=cfg.rollout_correction, cap=cfg.rollout_correction_cap)
+    return {row_key(r): keep[i, : len(r.response_ids)].tolist() for i, r in enumerate(rows)}
 
 
 def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
@@ -105,7 +136,8 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
     """
     agg = cfg.loss_agg
     assert not cfg.kl_coef or ref is not None, "kl_coef > 0 needs the reference log-probs (ref=)"
-    denom = loss_denominator(rows_loss_mask(cfg, rows), mode=agg, max_len=cfg.max_response_tokens)
+    kept = rollout_keep_masks(cfg, rows, old)   # mis_*: the tokens masked IS keeps, before the first backward
+    denom = loss_denominator(rows_loss_mask(cfg, rows, kept), mode=agg, max_len=cfg.max_response_tokens)
     policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
     forward = "flat" if use_flat(model, cfg.train_forward) else "model"
     split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
@@ -123,9 +155,13 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         old_logp = logp.detach() if old is None else _stack(mb, [old[row_key(r)] for r in mb], R, 0.0).to(logp.device)
         keep_t = None if keep is None else _stack(mb, [keep[row_key(r)] for r in mb], R, 0.0).to(logp.device).bool()
         batch = token_batch(mb, logp, old_logp, resp_mask, keep_t)
-        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss)
+        kept_t = None if kept is None else _stack(mb, [kept[row_key(r)] for r in mb], R, 1.0).to(logp.device).bool()
+        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss, rollout_keep=kept_t)
         loss_mat, stats = policy_loss(batch, **hyper)
-        loss = reduce_loss(loss_mat, mask, mode=agg, denominator=denom)
+        # tis: min(pi_old / pi_sampler, C) on the sampled tokens, 1 elsewhere (and under every other mode)
+        weight = rollout_weights(old_logp, _stack(mb, [r.sampler_logp for r in mb], R).to(logp.device), resp_mask,
+                                 mode=cfg.rollout_correction, cap=cfg.rollout_correction_cap)
+        loss = reduce_loss(loss_mat * weight, mask, mode=agg, denominator=denom)
         if cfg.entropy_coef:  # the bonus: a token sum over response tokens, over the same denominator
             loss = loss - cfg.entropy_coef * reduce_loss(ent, resp_mask, mode="token-mean", denominator=denom)
         kl = None
@@ -148,6 +184,22 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
                 clipped_high=stats["clipped_high"][i, :L].tolist(), loss_mask=mask[i, :L].tolist(),
                 kl=None if kl is None else kl[i, :L].detach().tolist())
     return MiniBatchResult(total, records)
+
+
+def rollout_correction_metrics(cfg: Config, rows: list[Rollout], records: dict[int, TokenRecord], d: Dist) -> dict:
+    """``rollout_corr/*`` over the tokens the engine sampled for this step (``trainer.algos.rollout_mismatch_sums``):
+    this rank's rows, pi_old as the update used it (``TokenRecord.logp_old``), summed over ranks. {} when nothing was
+    sampled now (an all-stale M2PO batch). Every rank calls the one collective."""
+    mine = [r for r in rows if row_key(r) in records and r.sampler_logp is not None]
+    sums = dict.fromkeys(MISMATCH_SUMS, 0.0)
+    if mine:
+        resp = _response_mask(mine)
+        R = resp.shape[1]
+        sums = rollout_mismatch_sums(_stack(mine, [records[row_key(r)].logp_old for r in mine], R, 0.0),
+                                     _stack(mine, [r.sampler_logp for r in mine], R), resp,
+                                     mode=cfg.rollout_correction, cap=cfg.rollout_correction_cap)
+    total = all_reduce_values([sums[k] for k in MISMATCH_SUMS], d)
+    return rollout_mismatch_metrics(dict(zip(MISMATCH_SUMS, total)), mode=cfg.rollout_correction)
 
 
 def uses_m2po_mask(cfg: Config) -> bool:
@@ -175,7 +227,8 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     groups = split_groups(rows)
     per = math.ceil(len(groups) / cfg.mini_batches_per_step)
     minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
-    need_old = cfg.mini_batches_per_step > 1 or uses_m2po_mask(cfg)
+    need_old = (cfg.mini_batches_per_step > 1 or uses_m2po_mask(cfg)
+                or cfg.rollout_correction in MASKING_CORRECTIONS)   # mis_*: its mask is the denominator's
     old = None
     if need_old:  # pi_old before any update of this step
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
@@ -210,6 +263,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
         total, count = all_reduce_values([sum(sum(r.kl) for r in records.values()),
                                           sum(len(r.kl) for r in records.values())], d)
         metrics["actor/kl"] = total / max(count, 1)
+    metrics.update(rollout_correction_metrics(cfg, rows, records, d))
     return UpdateResult(metrics, records)
 
 

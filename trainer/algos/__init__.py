@@ -1,4 +1,5 @@
-"""Pure RL math of the trainer: advantages, policy losses, the loss reduction, entropies, seeds, M2PO, LUFFY.
+"""Pure RL math of the trainer: advantages, policy losses, the loss reduction, entropies, seeds, M2PO, LUFFY,
+rollout correction.
 
 torch/numpy only, hyperparameters as keyword arguments, shapes on signatures (N responses, T tokens,
 V vocabulary). Orchestration (FSDP, rollout engines, IO) lives above this package.
@@ -10,6 +11,7 @@ The trainer's update is three calls into this package (see `objectives.py` for t
     loss_mat, stats = LOSSES[algorithm](TokenBatch(...), **hyperparameters)  # per micro-batch, [N, T]
     loss = reduce_loss(loss_mat, mask, mode=..., denominator=D)
     # kl_coef > 0: + kl_coef * reduce_loss(kl_penalty(logp, ref_logp, estimator=...), mask, same mode and D)
+    # rollout_correction: loss_mat * rollout_weights(...) (tis); loss_mask(..., rollout_keep=rollout_keep(...)) (mis_*)
 
 The building blocks (`clipped_policy_loss`, `kl_penalty`, `luffy_policy_loss`, `m2po_policy_loss`, `m2po_mask`,
 the seed masks) stay importable for analysis and tests.
@@ -30,6 +32,17 @@ from trainer.algos.losses import (
 from trainer.algos.luffy import luffy_policy_loss
 from trainer.algos.m2po import m2po_mask, m2po_policy_loss
 from trainer.algos.objectives import LOSSES, STALE_LOSSES, Algorithm, StaleLoss, TokenBatch, loss_mask
+from trainer.algos.rollout_correction import (
+    MASKING_CORRECTIONS,
+    MISMATCH_SUMS,
+    ROLLOUT_CORRECTIONS,
+    RolloutCorrection,
+    rollout_keep,
+    rollout_log_ratio,
+    rollout_mismatch_metrics,
+    rollout_mismatch_sums,
+    rollout_weights,
+)
 from trainer.algos.seeds import (
     SEED_LOSS_VARIANTS,
     SEED_RULES,
@@ -49,6 +62,9 @@ __all__ = [
     "AGGREGATE_MODES",
     "KL_ESTIMATORS",
     "LOSSES",
+    "MASKING_CORRECTIONS",
+    "MISMATCH_SUMS",
+    "ROLLOUT_CORRECTIONS",
     "SEED_LOSS_VARIANTS",
     "SEED_RULES",
     "STALE_LOSSES",
@@ -56,6 +72,7 @@ __all__ = [
     "Algorithm",
     "KlEstimator",
     "LossAgg",
+    "RolloutCorrection",
     "SeedLoss",
     "SeedRule",
     "StaleLoss",
@@ -74,6 +91,11 @@ __all__ = [
     "masked_mean",
     "ratio_seed_lengths",
     "reduce_loss",
+    "rollout_keep",
+    "rollout_log_ratio",
+    "rollout_mismatch_metrics",
+    "rollout_mismatch_sums",
+    "rollout_weights",
     "seed_loss_mask",
     "seed_old_logp",
     "seed_token_mask",

@@ -19,6 +19,11 @@ denominator of the step (`loss_denominator`) must count them over all micro-batc
 The seed-loss variant of paper Eq. 5 is therefore the mask: "state+action" trains seed tokens with
 r = π_θ / π_b, "state" masks them out of the loss and of the token-mean denominator. M2PO's dropped tokens are
 zeros of its loss, not holes in the mask, so its denominator counts all tokens.
+
+Rollout correction (``trainer/algos/rollout_correction.py``) composes with every entry from outside the table:
+truncated IS multiplies ``loss_mat`` by min(π_old/π_sampler, C) on sampled tokens, masked IS removes tokens from
+``loss_mask`` (``rollout_keep=``), so they leave the token-mean denominator as the "state" seed tokens do. That
+mask reads π_old, so under mis_* the trainer takes its no-grad forward of the batch before the first backward.
 """
 
 from __future__ import annotations
@@ -62,11 +67,17 @@ def loss_mask(
     seed_lens: Tensor,  # [N] long, 0 on rows without a seed
     *,
     seed_loss: str,
+    rollout_keep: Tensor | None = None,  # [N, T] bool, masked IS's kept tokens (`rollout_correction.rollout_keep`)
 ) -> Tensor:  # [N, T] bool
     """Tokens that enter the policy loss and its token-mean denominator, for every algorithm: the response
-    tokens, less the seed tokens (t < m_i) when seed_loss is "state". Rows without a seed (m_i = 0, every row
-    outside Thinking Seeds) keep all their response tokens."""
-    return seed_loss_mask(response_mask, seed_lens, variant=seed_loss)
+    tokens, less the seed tokens (t < m_i) when seed_loss is "state", less the sampled tokens masked IS drops
+    (``rollout_keep``: rollout_correction=mis_*; they leave the denominator too). Rows without a seed (m_i = 0,
+    every row outside Thinking Seeds) keep all their response tokens."""
+    mask = seed_loss_mask(response_mask, seed_lens, variant=seed_loss)
+    if rollout_keep is not None:
+        assert rollout_keep.shape == mask.shape, f"rollout_keep {tuple(rollout_keep.shape)} vs {tuple(mask.shape)}"
+        mask = mask & rollout_keep.bool()
+    return mask
 
 
 def dapo_loss(
