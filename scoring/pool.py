@@ -2,8 +2,8 @@
 
 math-verify's own timeout uses SIGALRM (main thread only) and sympy can hang for minutes on hostile answers
 (``9^{9^{9^{9}}}``). ``WorkerPool`` hands one item at a time to each worker process over a pipe; when an item
-runs past ``timeout`` seconds its worker is killed (SIGKILL) and replaced, and the item's result is
-``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``
+runs past ``timeout`` seconds (counted from when its worker is up: start-up is not the item's time) its worker is
+killed (SIGKILL) and replaced, and the item's result is ``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``
 (``scoring.grading.grade_batch`` turns both into the item's ungraded verdict, never a score).
 
 Workers start from a ``forkserver`` (default) or ``spawn`` context — never ``fork``, which would copy a parent
@@ -37,6 +37,10 @@ class PoolResult:
 
 # imported once by the fork server, so a replacement worker starts in milliseconds instead of ~1 s
 _PRELOAD = ("scoring.math", "scoring.qwen", "math_verify", "latex2sympy2_extended", "sympy")
+# A worker's start-up (a fork from the fork server, or a fresh interpreter, importing the item function's module)
+# never counts against an item's timeout: on a loaded machine it can take longer than the item limit itself, and an
+# instant reward function then came back "timeout". A worker not up after this many seconds fails its item.
+STARTUP_S = 300.0
 
 
 def default_workers() -> int:
@@ -48,6 +52,7 @@ def default_workers() -> int:
 
 
 def _worker_main(fn, conn) -> None:
+    conn.send(("ready",))   # started, fn's module imported: the items' clocks start from here
     while True:
         msg = conn.recv()
         if msg is None:
@@ -86,7 +91,13 @@ class _Worker:
             self.proc.start()
         child.close()
         self.item: int | None = None      # index of the item in flight
-        self.started = 0.0
+        self.started = 0.0                # when the item in flight started to count against the timeout
+        self.spawned = time.monotonic()
+        self.ready = False                # the worker said it is up (imports done): before that no item's clock runs
+
+    def deadline(self, timeout: float) -> float:
+        """When the item in flight fails: ``timeout`` after it started on a ready worker, else the start-up limit."""
+        return self.started + timeout if self.ready else self.spawned + STARTUP_S
 
     def kill(self) -> None:
         self.proc.kill()
@@ -157,7 +168,7 @@ class WorkerPool:
                 w.kill()
                 w = self.workers[i] = self._spawn()
             w.conn.send((idx, items[idx]))
-            w.item, w.started = idx, time.monotonic()
+            w.item, w.started = idx, time.monotonic()   # (restarted when a worker still starting says it is up)
 
         def finish(idx: int, res: PoolResult) -> None:
             nonlocal done
@@ -171,14 +182,18 @@ class WorkerPool:
         while done < len(items):
             busy = [w for w in self.workers if w.item is not None]
             now = time.monotonic()
-            wait_s = max(0.0, min(w.started + self.timeout for w in busy) - now)
+            wait_s = max(0.0, min(w.deadline(self.timeout) for w in busy) - now)
             ready = wait([w.conn for w in busy], timeout=wait_s)
             for i, w in enumerate(self.workers):
                 if w.item is None:
                     continue
                 if w.conn in ready:
                     try:
-                        idx, status, value, detail = w.conn.recv()
+                        msg = w.conn.recv()
+                        if msg == ("ready",):   # up: its item's time counts from now, not from a loaded start-up
+                            w.ready, w.started = True, time.monotonic()
+                            continue
+                        idx, status, value, detail = msg
                     except (EOFError, OSError):   # the worker died (segfault, OOM kill): replace it
                         w.proc.join(timeout=1)
                         code = w.proc.exitcode
@@ -191,7 +206,12 @@ class WorkerPool:
                     finish(idx, PoolResult(status, value, detail))
                     w.item = None
                     dispatch(i)
-                elif time.monotonic() - w.started >= self.timeout:
+                elif not w.ready and time.monotonic() >= w.deadline(self.timeout):
+                    finish(w.item, PoolResult("error", None, f"the worker did not start within {STARTUP_S:g} s"))
+                    w.kill()
+                    self.workers[i] = self._spawn()
+                    dispatch(i)
+                elif w.ready and time.monotonic() - w.started >= self.timeout:
                     finish(w.item, PoolResult("timeout", None, f"exceeded {self.timeout:g} s"))
                     w.kill()
                     self.workers[i] = self._spawn()

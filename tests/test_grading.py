@@ -54,3 +54,23 @@ def test_misuse_is_refused_before_grading():
         grade_batch(_check, ITEMS, mode="inline", pool=pool)
     with pytest.raises(ValueError, match="mode must be"):
         grade_batch(_check, ITEMS, mode="fork")
+
+
+SLOW_IMPORT = "import time\ntime.sleep(1.5)   # a module that takes longer to import than an item may run\n\n\n" \
+              "def double(x):\n    return 2 * x\n"
+
+
+def test_a_workers_start_up_is_not_an_items_time(tmp_path, monkeypatch):
+    # on a loaded machine a worker's imports can outlast the item limit: an instant function then came back
+    # "timeout" (a reward call in a two-rank KL test did); the clock starts when the worker says it is up
+    import importlib
+    (tmp_path / "slow_import_mod.py").write_text(SLOW_IMPORT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("slow_import_mod")
+    with WorkerPool(mod.double, workers=2, timeout=0.5, context="spawn") as pool:
+        got = pool.map([(1,), (2,), (3,)])
+    assert [(r.status, r.value) for r in got] == [("ok", 2), ("ok", 4), ("ok", 6)]
+    # ... while an item that really runs past the limit still times out, on a worker that was up
+    with WorkerPool(time.sleep, workers=1, timeout=0.5, context="spawn") as pool:
+        [r] = pool.map([(3,)])
+    assert r.status == "timeout" and "exceeded 0.5 s" in r.detail
