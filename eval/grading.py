@@ -1,4 +1,5 @@
-"""Grading a benchmark's responses in batches, grading again what an earlier run could not, and the disagreements file.
+"""Grading a benchmark's responses in batches (``grade_responses``, defined in ``scoring.benchmarks.protocol``, the
+protocol the trainer's validation shares), grading again what an earlier run could not, and the disagreements file.
 
 The batches go through the one batch grader, ``scoring.grading.grade_batch``. Math answers are graded by math-verify
 (the score) in a process pool with a hard per-item timeout (``scoring.grading.GRADE_TIMEOUT_S`` unless
@@ -13,55 +14,17 @@ grades those again from the responses stored in the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from contracts.files import atomic_write_jsonl
-from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem, Verdict
+from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem
+from scoring.benchmarks.protocol import grade_responses   # its one home, shared with the trainer's validation
 from eval.samples import read_samples
-from scoring.grading import grade_batch
-from scoring.math import extract_answer
-from scoring.pool import apply, qwen_verdict
 from scoring.qwen import disagreements
 
 __all__ = ["grade_responses", "regrade", "write_disagreements"]
 
 Log = Callable[[str], None]
-
-
-def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Sequence[Sequence[str]], *,
-                    pool=None, progress: bool = False) -> tuple[list[list[Verdict]], list[list[bool]] | None, int]:
-    """Verdicts per problem and sample; for math also the Qwen-style verdicts and the number of timeouts.
-
-    One ``scoring.grading.grade_batch`` call per batch: math in ``pool`` (a ``scoring.pool.WorkerPool(apply)``
-    with the hard per-item timeout; one with ``GRADE_TIMEOUT_S`` is made and closed when None), the score and the
-    cross-check of every sample in one pass; code on threads; task rewards in this process. A grader's failure is
-    already the sample's ``timeout`` / ``grader_error`` verdict there; a failed cross-check counts as not correct.
-    """
-    sizes = [len(rs) for rs in responses]
-    if bench.kind in ("task", "code"):
-        items = [(r, p) for p, rs in zip(problems, responses) for r in rs]
-        flat = grade_batch(bench.grade, items, mode="inline" if bench.kind == "task" else "thread",
-                           progress=progress, desc=f"grade {bench.name}")
-        return _per_problem(flat, sizes), None, 0
-    items = []
-    for p, rs in zip(problems, responses):
-        multi, unit = bool(p.meta.get("multiple_answer", False)), p.meta.get("unit")
-        for r in rs:
-            items.append((bench.grade, r, p))                                   # math-verify: the score
-            items.append((qwen_verdict, r, p.gold, multi, unit, bench.name))    # the Qwen-style cross-check
-    got = grade_batch(apply, items, mode="process", pool=pool, answer_of=lambda it: extract_answer(it[1]),
-                      progress=progress, desc=f"grade {bench.name}")
-    verdicts = got[0::2]
-    timeouts = sum(v.verdict == "timeout" for v in verdicts)
-    return _per_problem(verdicts, sizes), _per_problem([bool(v.correct) for v in got[1::2]], sizes), timeouts
-
-
-def _per_problem(flat: list, sizes: list[int]) -> list[list]:
-    out, i = [], 0
-    for k in sizes:
-        out.append(flat[i:i + k])
-        i += k
-    return out
 
 
 def regrade(path: Path, bench: Benchmark, problems: list[Problem], pool, log: Log) -> int:

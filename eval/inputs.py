@@ -16,9 +16,10 @@ from typing import Sequence
 
 from contracts.jsonl import iter_jsonl
 from scoring.benchmarks.base import Benchmark, Problem
+from scoring.benchmarks.protocol import generation_settings
 from eval.samples import check_settings, repair
 from inference.hub import ModelSourceError, check_model_files, resolve_model
-from inference.protocol import TOP_K_OFF, resolve_top_k
+
 
 __all__ = ["EvalInputError", "model_name", "check_model", "fingerprint", "data_settings", "load_problems",
            "read_samples_input", "file_settings", "prepare", "longest_prompt", "check_context"]
@@ -136,20 +137,17 @@ def file_settings(bench: Benchmark, model_path: str, name: str, *, n, temperatur
                   seed, top_k=None, data: dict | None = None, engine: str | None = None, dtype: str | None = None
                   ) -> dict:
     """A generated result file's settings: the benchmark's generation defaults with the given values (not None)
-    over them; ``top_k`` resolved (``inference.protocol.resolve_top_k``: -1 is recorded as 0, off, which is also the
+    over them; ``top_k`` resolved (``contracts.sampling.resolve_top_k``: -1 is recorded as 0, off, which is also the
     default of a benchmark that names none). ``model_path``: what was scored (``ModelSource.identity``: the absolute
     folder, or ``owner/name@<commit>`` for a hub snapshot, so a resume with the same cached id matches). ``engine``
     and ``dtype``: the engine (hf, vllm) and the dtype the samples are generated in, resolved
     (``eval.parallel.generation_dtype``), not as asked ("auto")."""
-    gen = {"top_k": TOP_K_OFF, **bench.generation}
-    for key, val in (("n", n), ("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
-                     ("max_tokens", max_tokens)):
-        if val is not None:
-            gen[key] = val
+    gen = generation_settings(bench, n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+                              template=template)   # the one resolution, shared with the trainer's validation
     return {"model": name, "model_path": model_path, "benchmark": bench.name, "benchmark_version": bench.version,
-            "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"],
-            "top_k": resolve_top_k(gen["top_k"]), "max_tokens": gen["max_tokens"],
-            "template": template or bench.default_template, "seed": seed, "samples_file": None, "engine": engine,
+            "n": gen["n"], "temperature": gen["temperature"], "top_p": gen["top_p"], "top_k": gen["top_k"],
+            "max_tokens": gen["max_tokens"], "template": gen["template"], "seed": seed, "samples_file": None,
+            "engine": engine,
             "dtype": dtype, "data": data}
 
 

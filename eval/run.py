@@ -58,7 +58,6 @@ import argparse
 import contextlib
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -68,6 +67,7 @@ from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
 from scoring.benchmarks import get_benchmark
 from scoring.benchmarks.base import Benchmark, Problem
+from scoring.benchmarks.protocol import encode_prompts, sample_seed   # shared with the trainer's validation
 from eval.config import PROFILES, EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
 from eval.grading import grade_responses, regrade, write_disagreements
 from eval.inputs import (EvalInputError, check_context, check_model, data_settings, file_settings, load_problems,
@@ -162,8 +162,7 @@ def evaluate_model(spec: str, name: str, benches: list[tuple[Benchmark, list[Pro
         path = out_dir / name / f"{bench.name}.jsonl"
         todo = prepare(path, problems, settings)
         regrade(path, bench, problems, pool, log)
-        prompts = [render_prompt(settings["template"], p.question, tokenizer) for p in todo]
-        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompts]
+        prompts, ids = encode_prompts(settings["template"], todo, tokenizer)
         work.append((bench, settings, path, todo, prompts, ids))
     # the KV cache is sized for the longest prompt plus its budget, not the model's whole context
     longest = max((len(x) + w[1]["max_tokens"] for w in work for x in w[5]), default=1)
@@ -188,8 +187,8 @@ def _generate_and_grade(gen, tokenizer, name: str, work, *, seed: int, pool, chu
                     max_new_tokens=settings["max_tokens"], temperature=settings["temperature"],
                     top_p=settings["top_p"], top_k=settings["top_k"],
                     # sample j of a problem: its own seed, whatever chunk or engine process draws it
-                    seeds=tuple(zlib.crc32(f"{seed}:{bench.name}:{p.id}:{j}".encode())
-                                for p in todo[a:a + per_chunk] for j in range(n)))
+                    seeds=tuple(sample_seed(seed, bench.name, p.id, j) for p in todo[a:a + per_chunk]
+                                for j in range(n)))
                 for k, a in enumerate(starts))
         timeouts = 0
         bar = tqdm(total=len(todo), desc=f"{name} {bench.name}", disable=not progress)

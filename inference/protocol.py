@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
+from contracts.sampling import TOP_K_OFF, resolve_top_k   # re-exported: the engines' argument checks
+
 if TYPE_CHECKING:   # an annotation only: the argument rules (top-k, seeds) load without torch (eval.inputs)
     import torch
 
@@ -68,17 +70,6 @@ SEED_LIMIT = 2**63   # per-prompt seeds are non-negative and fit a signed 64-bit
 # top-k off: vLLM's convention (``SamplingParams.top_k``: "0 (or -1) to consider all tokens"; vLLM 0.32 prefers 0
 # and quietly accepts -1, its older default) and transformers' (``top_k=0`` adds no TopKLogitsWarper). Both spellings
 # are accepted; 0 is what is recorded, so a file written with -1 and one written with 0 are the same setting.
-TOP_K_OFF = 0
-
-
-def resolve_top_k(top_k) -> int:
-    """``top_k`` as the engines take it: an integer >= 1 (keep the k most likely tokens), or ``TOP_K_OFF`` for 0 and
-    -1 (every token); ValueError for anything else."""
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or int(top_k) < -1:
-        raise ValueError(f"top_k must be an integer >= 1, or 0 (or -1) for off; got {top_k!r}")
-    return TOP_K_OFF if int(top_k) in (0, -1) else int(top_k)
-
-
 def check_generate_args(prompts: Sequence[Sequence[int]], max_new_tokens, temperature: float, top_p: float,
                         seeds: Sequence[int] | None = None, top_k: int = TOP_K_OFF):
     if seeds is not None:

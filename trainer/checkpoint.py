@@ -38,14 +38,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Collection, NamedTuple
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 
 from contracts.config import to_dict
-from contracts.files import atomic_write_text
+from contracts.files import atomic_write_json, atomic_write_text, temporary_path
 from trainer.config import Config
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
@@ -72,10 +72,12 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 # save
 # ----------------------------------------------------------------------------------------------------------
 def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, trainer_state: dict | None, d: Dist,
-                    keep: int = 0, keep_resume: int = 1, export_dtype: torch.dtype | None = None) -> Path:
+                    keep: int = 0, keep_resume: int = 1, export_dtype: torch.dtype | None = None,
+                    protect: Collection[int] = ()) -> Path:
     """Write the checkpoint of ``step``; every rank calls it (``trainer_state`` is read on rank 0 only). Then prune
-    (rank 0): exports beyond the newest ``keep`` (0 = all), resume states beyond the newest ``keep_resume``.
-    ``export_dtype``: the dtype of the Hugging Face export's floating tensors (None: the parameters' own)."""
+    (rank 0): exports beyond the newest ``keep`` (0 = all) except the steps in ``protect`` (the best checkpoint),
+    resume states beyond the newest ``keep_resume``. ``export_dtype``: the dtype of the Hugging Face export's
+    floating tensors (None: the parameters' own)."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if d.is_main:
@@ -92,7 +94,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, tr
         if final.exists():  # re-saving the same step (e.g. a resumed run ending at a saved step)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        prune(run_dir, keep=keep, keep_resume=keep_resume)
+        prune(run_dir, keep=keep, keep_resume=keep_resume, protect=protect)
     barrier(d)
     return final
 
@@ -147,16 +149,19 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype 
     tokenizer.save_pretrained(out)
 
 
-def prune(run_dir: Path, *, keep: int, keep_resume: int) -> None:
-    """Remove checkpoints beyond the newest ``keep`` (0 = none removed) and ``trainer_state/`` of those beyond the
-    newest ``keep_resume`` (a checkpoint without it stays an evaluable model, not a resume point). The state is
-    renamed away before deletion, so a kill mid-delete never leaves a half state that resume would pick."""
+def prune(run_dir: Path, *, keep: int, keep_resume: int, protect: Collection[int] = ()) -> None:
+    """Remove checkpoints beyond the newest ``keep`` (0 = none removed), except the steps in ``protect`` (the best
+    checkpoint: kept besides the newest ``keep``, as TRL's save_total_limit keeps the best model), and
+    ``trainer_state/`` of those beyond the newest ``keep_resume`` (a checkpoint without it stays an evaluable model,
+    not a resume point; a protected one keeps its model). The state is renamed away before deletion, so a kill
+    mid-delete never leaves a half state that resume would pick."""
     steps = sorted((int(m.group(1)), p) for p in (Path(run_dir) / "checkpoints").iterdir()
                    if (m := _STEP_DIR.match(p.name)))
     if keep > 0:
-        for _, path in steps[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
-        steps = steps[-keep:]
+        for step, path in steps[:-keep]:
+            if step not in protect:
+                shutil.rmtree(path, ignore_errors=True)
+        steps = [(step, path) for step, path in steps if path.exists()]
     for _, path in steps[:-keep_resume] if keep_resume > 0 else []:
         if (path / STATE_DIR).exists():
             gone = path / "trainer_state.pruned"
@@ -297,6 +302,89 @@ def remove_partial_saves(run_dir: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the best checkpoint (validation: trainer/validate.py)
+# ----------------------------------------------------------------------------------------------------------
+BEST_LINK = "best"          # checkpoints/best -> step_NNNNNN, a relative symlink
+BEST_FILE = "best.json"     # checkpoints/best.json: {"step", "metric", "value", "checkpoint"}
+
+
+def read_best(run_dir: Path) -> dict | None:
+    """``checkpoints/best.json`` (None when there is none, or it is not one this trainer wrote)."""
+    path = Path(run_dir) / "checkpoints" / BEST_FILE
+    try:
+        best = json.loads(path.read_text())
+        return best if isinstance(best, dict) and {"step", "metric", "value"} <= set(best) else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_best(run_dir: Path, best: dict) -> None:
+    """``best.json``, then the ``best`` link to ``checkpoints/step_N`` (relative, so the run folder can move), each
+    replaced atomically (``os.replace`` of a temporary file or link): a reader sees the old best or the new one."""
+    root = Path(run_dir) / "checkpoints"
+    atomic_write_json(root / BEST_FILE, best)
+    link = root / BEST_LINK
+    tmp = temporary_path(link)
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(checkpoint_dir(run_dir, best["step"]).name, tmp)
+    os.replace(tmp, link)
+
+
+def clear_best(run_dir: Path) -> None:
+    root = Path(run_dir) / "checkpoints"
+    for p in (root / BEST_LINK, root / BEST_FILE):
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+
+
+def best_record(step: int, metric: str, value: float) -> dict:
+    return {"step": step, "metric": metric, "value": value, "checkpoint": checkpoint_dir(Path("."), step).name}
+
+
+def better(value: float | None, best: dict | None) -> bool:
+    """Whether a validated step with select value ``value`` becomes the best: strictly higher than the best so far
+    (ties keep the earlier step, as TRL's greater_is_better comparison)."""
+    return value is not None and (best is None or value > best["value"])
+
+
+def best_so_far(run_dir: Path, selection, *, before_step: int) -> dict | None:
+    """The best validated checkpoint of the steps before ``before_step`` (a resumed run continues with it): the
+    argmax of ``selection.value`` (``trainer.validate.Selection``) over the lines of ``metrics.jsonl`` (steps >= 0;
+    the before-training baseline is no candidate) whose checkpoint folder holds a model, the earliest on ties.
+    ``best.json`` and the link are rewritten when they say otherwise (a resume from an earlier checkpoint, a kill
+    between the save and the link, a changed ``select_metric``), removed when there is none."""
+    path = Path(run_dir) / "metrics.jsonl"
+    best = None
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for line in lines:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue   # a half-written last line
+        step = m.get("step")
+        if not isinstance(step, int) or not 0 <= step < before_step:
+            continue
+        value = selection.value(m)
+        if better(value, best) and (checkpoint_dir(run_dir, step) / "config.json").is_file():
+            best = best_record(step, selection.metric, value)
+    recorded = read_best(run_dir)
+    if best is None:
+        if recorded is not None or (Path(run_dir) / "checkpoints" / BEST_LINK).is_symlink():
+            clear_best(run_dir)
+    elif recorded != best or not (Path(run_dir) / "checkpoints" / BEST_LINK).is_symlink():
+        write_best(run_dir, best)
+    return best
+
+
+def keep_best(run_dir: Path, best: dict, cfg: Config) -> None:
+    """Record ``best`` (``write_best``) and prune again with only it protected: the save before it protected the
+    previous best as well, so that a kill between the save and the link never leaves the link dangling."""
+    write_best(run_dir, best)
+    prune(run_dir, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states, protect={best["step"]})
+
+
+# ----------------------------------------------------------------------------------------------------------
 # RNG and metrics
 # ----------------------------------------------------------------------------------------------------------
 def rng_state(d: Dist) -> dict:
@@ -351,9 +439,10 @@ class Resumed(NamedTuple):
 
 
 def save_step(run_dir: Path, step: int, cfg: Config, d: Dist, *, model, tokenizer, optimizer, scheduler, loader,
-              builder, produced_tokens: int) -> None:
+              builder, produced_tokens: int, protect: Collection[int] = ()) -> None:
     """The checkpoint of ``step`` (collective): sharded model and optimizer by every rank, the Hugging Face export
-    and the rank-independent state (scheduler, data cursor, rollout buffers, RNG, token count, config) by rank 0."""
+    and the rank-independent state (scheduler, data cursor, rollout buffers, RNG, token count, config) by rank 0.
+    ``protect``: steps retention keeps whatever ``keep_checkpoints`` says (the best checkpoint)."""
     t0 = time.perf_counter()
     state = None
     rng = rng_state(d)   # collective: each rank's own CUDA generator
@@ -363,7 +452,8 @@ def save_step(run_dir: Path, step: int, cfg: Config, d: Dist, *, model, tokenize
                  "world_size": d.world_size, "config": to_dict(cfg)}
     export = resolve_dtype(cfg.dtype if cfg.export_dtype == "auto" else cfg.export_dtype, d.device)   # auto: compute
     path = save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=tokenizer, trainer_state=state,
-                           d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states, export_dtype=export)
+                           d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states, export_dtype=export,
+                           protect=protect)
     if d.is_main and not cfg.progress:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         print(f"checkpoint {path.name}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

@@ -20,11 +20,17 @@ from typing import Literal
 from contracts.config import ConfigError, build, load, to_dict
 from inference.names import EngineName
 from inference.names import TINY_SIZES
+from contracts.passk import k_grid
+from scoring.benchmarks import BENCHMARKS, Benchmark, get_benchmark
+from scoring.benchmarks.protocol import generation_settings
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
+from scoring.templates import TEMPLATES
 from trainer.algos import AdvScale, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule, StaleLoss
 from trainer.tracking import TrackerName
 
-__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "loss_kwargs", "to_dict",
+__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "validation_warnings",
+           "val_settings", "val_metric_names",
+           "loss_kwargs", "to_dict",
            "ALGORITHMS", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
 
 Precision = Literal["float32", "bfloat16"]             # weights and AdamW state (master_dtype)
@@ -36,6 +42,7 @@ Ungraded = Literal["drop_group", "zero"]
 BehaviorSource = Literal["trainer", "sampler"]         # where cached behavior log-probs come from
 LongTraces = Literal["drop", "truncate"]               # LUFFY traces longer than the response budget
 SleepMode = Literal["auto", "on", "off"]               # vLLM sleep mode during updates
+ValTemplate = Literal[tuple(TEMPLATES)]               # validation prompts (scoring.templates), as eval.run's template
 
 # the choice lists tests and messages name, derived from the types above (never written twice)
 ALGORITHMS = typing.get_args(Algorithm)
@@ -178,10 +185,32 @@ class Config:
                                           # step (pi_old before the update). Seed tokens, stale and off-policy rows
                                           # have no sampler log-prob: weight 1, never dropped
     rollout_correction_cap: float = 2.0   # C (> 1): 2 for tis, mis_token, mis_seq (verl's default); ~1.001 for mis_geo
+    # --- validation (trainer/validate.py; docs/recipes.md "Validation and the best checkpoint") --------------
+    # verl's test_freq / val_before_train, TRL's eval_strategy=steps: the policy of a step is scored on benchmarks
+    # with the run's own engine and eval.run's graders; a validated step also saves its checkpoint, and
+    # checkpoints/best names the one with the highest select_metric (kept through keep_checkpoints)
+    val_every: int = 0                    # validate after every N-th step (step s when (s + 1) % N == 0, as save_every
+                                          # counts) and after the last; 0 = off
+    val_before_train: bool = False        # also score the starting policy before step 0 (metrics.jsonl step -1,
+                                          # validation/before/; a baseline, never the best checkpoint)
+    val_benchmarks: list[str] = field(default_factory=list)  # scoring.benchmarks names (the paper: aime24, aime25)
+    val_n: int | None = None              # samples per problem; null = the benchmark's (math 32: avg@32)
+    val_temperature: float | None = None  # null = the benchmark's (math 0.6), as eval.run
+    val_top_p: float | None = None        # null = the benchmark's (math 0.95)
+    val_top_k: int | None = None          # null = the benchmark's (off); 0 or -1 = off, as eval.run --top-k
+    val_max_tokens: int | None = None     # null = the benchmark's (math 4096; prompt + this must fit the engine)
+    val_template: ValTemplate | None = None  # null = the benchmark's (math qwen-math), as eval.run
+    val_limit: int = 0                    # at most this many problems per benchmark (the first ones); 0 = all
+    val_seed: int = 0                     # sample j of a problem draws from seed (val_seed, benchmark, id, j): eval.run's
+                                          # default 0, so eval.run of a validated checkpoint reproduces its scores
+    select_metric: str = "mean_avg"       # what checkpoints/best maximises, logged as val/select: mean_avg = the mean
+                                          # of val/<bench>/avg@<n> over val_benchmarks (the paper: AIME24+AIME25), or
+                                          # one metric validation logs, e.g. val/aime24/avg@32 or val/aime24/pass@8
     # --- logging and checkpoints ------------------------------------------------------------------------
     save_every: int = 50                  # checkpoint every N steps (and at the end); 0 = only at the end
-    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all): each a Hugging Face model (2 B/param
-                                          # in bf16, 4 in fp32: export_dtype)
+    keep_checkpoints: int = 3             # newest checkpoints kept (0 = all), and checkpoints/best besides them (with
+                                          # validation): each a Hugging Face model (2 B/param in bf16, 4 in fp32:
+                                          # export_dtype)
     keep_resume_states: int = 2           # of those, the newest that keep trainer_state/ for resume (sharded fp32
                                           # weights + AdamW moments, 12 B/param: 91 GB at 7B); older ones stay models
     export_dtype: Dtype = "auto"          # dtype of each checkpoint's Hugging Face export: auto (the compute dtype,
@@ -303,6 +332,44 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     if cfg.model.startswith("tiny:"):
         _check(cfg.model.split(":", 1)[1] in TINY_SIZES,
                f"model '{cfg.model}': tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
+    validate_validation(cfg)
+
+
+def validation_on(cfg: Config) -> bool:
+    """Whether the run validates at all (during training, before it, or both)."""
+    return cfg.val_every > 0 or cfg.val_before_train
+
+
+def validate_validation(cfg: Config) -> None:
+    """The validation fields' checks: ranges, benchmark names (the registry's list in the message), the select
+    metric among those validation logs (``val_metric_names``), and no ignore_eos."""
+    _check(cfg.val_every >= 0, f"val_every must be >= 0 (0 = off), got {cfg.val_every}")
+    _check(cfg.val_n is None or cfg.val_n >= 1, f"val_n must be >= 1 (samples per problem) or null, got {cfg.val_n}")
+    _check(cfg.val_max_tokens is None or cfg.val_max_tokens >= 1,
+           f"val_max_tokens must be >= 1 or null (the benchmark's), got {cfg.val_max_tokens}")
+    _check(cfg.val_temperature is None or cfg.val_temperature >= 0,
+           f"val_temperature must be >= 0 (0 = greedy) or null, got {cfg.val_temperature}")
+    _check(cfg.val_top_p is None or 0 < cfg.val_top_p <= 1, f"val_top_p must lie in (0, 1] or null, got {cfg.val_top_p}")
+    _check(cfg.val_top_k is None or cfg.val_top_k >= -1, f"val_top_k must be >= 1, 0 or -1 (off), or null, got {cfg.val_top_k}")
+    _check(cfg.val_limit >= 0, f"val_limit must be >= 0 (0 = every problem), got {cfg.val_limit}")
+    _check(cfg.val_seed >= 0, f"val_seed must be >= 0, got {cfg.val_seed}")
+    unknown = [b for b in cfg.val_benchmarks if b not in BENCHMARKS]
+    _check(not unknown, f"val_benchmarks: unknown benchmark {', '.join(map(repr, unknown))}; choose from: "
+                        f"{', '.join(BENCHMARKS)}")
+    _check(len(set(cfg.val_benchmarks)) == len(cfg.val_benchmarks),
+           f"val_benchmarks names a benchmark twice: {cfg.val_benchmarks}")
+    if not validation_on(cfg):
+        return
+    _check(bool(cfg.val_benchmarks), f"val_every={cfg.val_every}, val_before_train={cfg.val_before_train} but "
+                                     f"val_benchmarks is empty: name the benchmarks to validate on (the paper: "
+                                     f"val_benchmarks=[aime24,aime25]) or set val_every=0 and val_before_train=false")
+    _check(not cfg.ignore_eos, "ignore_eos=true samples every validation response past its answer to val_max_tokens: "
+                               "validation would grade text the model never meant to write; turn validation off "
+                               "(val_every=0, val_before_train=false) or ignore_eos off")
+    names = val_metric_names(cfg)
+    _check(cfg.select_metric == "mean_avg" or cfg.select_metric in names,
+           f"select_metric={cfg.select_metric!r} is not a metric validation logs; choose mean_avg (the mean avg@n "
+           f"over val_benchmarks) or one of: {', '.join(names)}")
 
 
 def learning_warnings(cfg: Config) -> list[str]:
@@ -317,6 +384,37 @@ def learning_warnings(cfg: Config) -> list[str]:
     if cfg.ignore_eos:
         out.append("ignore_eos=true samples every response to max_response_tokens past its answer (a throughput "
                    "setting): rewards grade text the model never meant to write")
+    return out
+
+
+def val_settings(cfg: Config, bench: Benchmark) -> dict:
+    """The validation settings of ``bench`` (n, temperature, top_p, top_k, max_tokens, template): each ``val_*`` field
+    that is set, the benchmark's default for each that is not, resolved as ``eval.run`` resolves its flags
+    (``scoring.benchmarks.protocol.generation_settings``)."""
+    return generation_settings(bench, n=cfg.val_n, temperature=cfg.val_temperature, top_p=cfg.val_top_p,
+                               top_k=cfg.val_top_k, max_tokens=cfg.val_max_tokens, template=cfg.val_template)
+
+
+def val_metric_names(cfg: Config) -> list[str]:
+    """The score metrics validation logs (those ``select_metric`` may name): per benchmark ``val/<bench>/avg@<n>``
+    and ``val/<bench>/pass@<k>`` for k in ``contracts.passk.k_grid(n)``."""
+    out = []
+    for name in cfg.val_benchmarks:
+        n = val_settings(cfg, get_benchmark(name))["n"]
+        out += [f"val/{name}/avg@{n}"] + [f"val/{name}/pass@{k}" for k in k_grid(n)]
+    return out
+
+
+def validation_warnings(cfg: Config) -> list[str]:
+    """Validation settings that are valid but likely not what was meant (said once at launch)."""
+    out = []
+    if cfg.val_benchmarks and not validation_on(cfg):
+        out.append(f"val_benchmarks={cfg.val_benchmarks} but val_every=0 and val_before_train=false: the run never "
+                   f"validates (set val_every=N to score every N-th step)")
+    if validation_on(cfg) and cfg.val_template is None and cfg.task == "math" and cfg.template != "qwen-math":
+        out.append(f"validation prompts with each benchmark's template (qwen-math for math, as eval.run) while training "
+                   f"prompts with template={cfg.template}: set val_template={cfg.template} to validate the model as it "
+                   f"is trained (and pass the same --template to eval.run)")
     return out
 
 

@@ -33,6 +33,9 @@ OPERATIONAL = frozenset({
     "save_every", "keep_checkpoints", "keep_resume_states", "export_dtype", "rollout_batch_size", "micro_batch_size",
     "micro_batch_tokens", "gradient_checkpointing", "vllm_gpu_memory_utilization", "vllm_sleep_mode",
     "vllm_max_model_len", "threads",
+    # validation scores the policy and picks checkpoints/best; it draws from its own seeds, never the run's
+    "val_every", "val_before_train", "val_benchmarks", "val_n", "val_temperature", "val_top_p", "val_top_k",
+    "val_max_tokens", "val_template", "val_limit", "val_seed", "select_metric",
 })
 
 

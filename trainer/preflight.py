@@ -19,6 +19,7 @@ wrong and what to do):
 - **prompt**: the first row rendered with the template and the model's own tokenizer when the tokenizer is on this
   machine (tiny models, a local directory, the Hugging Face cache), with the prompt-length filter applied;
 - **model**: a tiny size, a local directory, or a hub id that will be downloaded at run time;
+- **validation**: the ``val_benchmarks`` problems load from their default source (``trainer.validate.load_plan``);
 - **packages**: every package the run's path imports (``required_packages``: the engine, the reward, a hub data
   set, multi-GPU sharding and checkpoints, the tracker) is installed, each named with what needs it and how to get it.
 """
@@ -36,14 +37,16 @@ from transformers import AutoTokenizer
 
 from inference.hub import ModelSourceError, check_model_files, is_hub_id, offline, resolve_model
 from inference.tiny import build_tokenizer
+from scoring.benchmarks.mathbench import DATA_ENV
 from scoring.grading import GRADE_TIMEOUT_S
 from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnError, code_workers, grade_code_batch,
                              grade_task_batch, load_reward_fn, reward_of)
 from scoring.sandbox import isolation
 from scoring.tasks import TASKS, get_task
 from scoring.templates import BOXED_INSTRUCTION, TEMPLATES, render_prompt
-from trainer.config import Config
+from trainer.config import Config, validation_on
 from trainer.data import DataError, code_fields, get_field, load_examples
+from trainer.validate import ValidationError, load_plan
 
 # Hub data sets whose published layout we know (their dataset cards), so the column names of a preset can be
 # checked without downloading them. KlearReasoner-CodeSub-15K: the card's "Data Fields" and example row.
@@ -88,9 +91,30 @@ def preflight(cfg: Config, *, world_size: int = 1) -> list[Check]:
     checks.append(data_check)
     checks.append(check_prompt(cfg, examples))
     checks.append(check_model(cfg))
+    checks.append(check_validation(cfg))
     checks.append(check_output(cfg))
     checks.append(check_packages(cfg, world_size=world_size))
     return checks
+
+
+# -------------------------------------------------------------------------------------------------- validation
+def check_validation(cfg: Config) -> Check:
+    """The validation benchmarks' problems load from their default source (as eval.run reads them): a missing data
+    folder fails here, not after the model is built."""
+    if not validation_on(cfg):
+        return Check("validation", "ok", "off (val_every=0, val_before_train=false)")
+    try:
+        plan = load_plan(cfg)
+    except ValidationError as e:
+        if offline() and not os.environ.get(DATA_ENV):   # the benchmarks' default source is then the hub
+            return Check("validation", "skip", f"{', '.join(cfg.val_benchmarks)}: without {DATA_ENV} the problems "
+                                               f"are read from the hub at run time, and HF_HUB_OFFLINE=1 here (a "
+                                               f"launch offline would stop here: set {DATA_ENV}, docs/data.md)")
+        return Check("validation", "fail", str(e))
+    return Check("validation", "ok", "; ".join(
+        f"{bp.bench.name}: {len(bp.problems)} problems x {bp.settings['n']} samples, {bp.settings['max_tokens']} "
+        f"tokens at temperature {bp.settings['temperature']:g}" for bp in plan)
+        + f"; every {cfg.val_every} steps" * bool(cfg.val_every) + " and before training" * cfg.val_before_train)
 
 
 # ------------------------------------------------------------------------------------------------------ output

@@ -19,6 +19,8 @@ from typing import Literal
 
 from tqdm import tqdm
 
+from contracts.commands import pct
+
 TrackerName = Literal["none", "tensorboard", "wandb"]   # the config's `tracker`
 TRACKERS = typing.get_args(TrackerName)
 
@@ -54,7 +56,8 @@ class Wandb(Tracker):
         wandb.init(project="thinking-seeds", name=run_name, config=config, dir=str(folder))
 
     def log(self, metrics: dict, step: int) -> None:
-        self.wandb.log(metrics, step=step)
+        # W&B steps never go below 0: the validation before training (step -1) joins step 0's row
+        self.wandb.log(metrics, step=max(step, 0))
 
     def close(self) -> None:
         self.wandb.finish()
@@ -69,6 +72,9 @@ class ProgressBar(Tracker):
         self.skipped = 0
 
     def log(self, metrics: dict, step: int) -> None:
+        if "reward/mean" not in metrics:   # the validation before training: a line of its own, no step
+            self.bar.write(validation_line(metrics))
+            return
         self.skipped += int(metrics.get("sampling/skipped_update", 0))
         post = {"reward": f"{metrics['reward/mean']:.3f}"}
         for key, name in (("ppo/loss", "loss"), ("ppo/entropy", "entropy"), ("actor/kl", "kl")):
@@ -77,11 +83,24 @@ class ProgressBar(Tracker):
         if self.skipped:
             post["skipped"] = self.skipped
         post["step_s"] = f"{metrics['time/step_s']:.2f}"
+        if "val/select" in metrics:
+            post["val"] = f"{metrics['val/select']:.3f}"
+            self.bar.write(validation_line(metrics))
         self.bar.set_postfix(post)
         self.bar.update(1)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def validation_line(metrics: dict) -> str:
+    """A validation's console line, e.g. ``validation after step 20: aime24/avg@32 43.1%  aime25/avg@32 30.2%
+    select 36.7%  (95.2 s)`` (``step -1``: ``before training``)."""
+    when = "before training" if metrics["step"] < 0 else f"after step {metrics['step'] + 1}"
+    parts = [f"{k.removeprefix('val/')} {pct(v)}" for k, v in metrics.items() if k.startswith("val/") and "/avg@" in k]
+    if "val/select" in metrics:
+        parts.append(f"select {pct(metrics['val/select'])}")
+    return f"validation {when}: " + "  ".join(parts) + f"  ({metrics.get('val/seconds', 0.0):.1f} s)"
 
 
 def step_line(metrics: dict, total: int) -> str:
@@ -113,7 +132,11 @@ class StepLine(Tracker):
         self.total, self.stream = total, stream
 
     def log(self, metrics: dict, step: int) -> None:
-        print(step_line(metrics, self.total), file=self.stream or sys.stderr, flush=True)
+        stream = self.stream or sys.stderr
+        if "reward/mean" in metrics:   # not the validation before training, which has no training step
+            print(step_line(metrics, self.total), file=stream, flush=True)
+        if "val/seconds" in metrics:
+            print(validation_line(metrics), file=stream, flush=True)
 
 
 class Callback(Tracker):

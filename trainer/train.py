@@ -21,6 +21,10 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
   refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
   fresh on-policy prompts unless ``refill=none``.
 
+Validation is no departure (it does not change what is trained): ``val_every`` > 0 scores the step's policy on
+``val_benchmarks`` with the run's engine and eval's graders after its update (``trainer/validate.py``), the step
+saves its checkpoint, and ``checkpoints/best`` follows the highest ``select_metric``.
+
 More fields, all off by default (DAPO has none of them): ``kl_coef`` > 0 adds a KL penalty to a frozen copy of the
 initial policy (``trainer/algos/kl.py``, ``kl_estimator`` as verl's ``kl_loss_type``; logged as ``actor/kl``);
 ``reward_fn=module:function`` grades with a user function in place of the task's grader (``scoring/rewards.py``);
@@ -59,12 +63,13 @@ from contracts.commands import EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, debug,
 from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.records import rollout_path, write_rollouts
-from inference import make_sampler
+from inference import make_sampler, resolve_engine
 from inference.flat import unsupported_reason
 from inference.hub import ModelSourceError
 from trainer import checkpoint as ckpt
 from trainer import history
-from trainer.config import Config, ConfigError, learning_warnings, load_config, validate
+from trainer.config import (Config, ConfigError, learning_warnings, load_config, validate, validation_on,
+                            validation_warnings)
 from trainer.data import PromptLoader, load_examples, tokenize_prompts
 from trainer.fsdp import Dist, init_distributed, shutdown
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
@@ -76,6 +81,7 @@ from trainer.sampling import collect_step
 from trainer.signals import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption, resume_hint
 from trainer.tracking import make_tracker
 from trainer.update import assign_advantages, make_optimizer, make_scheduler, skip_update, update
+from trainer.validate import BEFORE, ValidationError, Validator, encode, engine_context, is_due, load_plan
 from trainer.warmup import warm_start
 
 
@@ -95,6 +101,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     # a resume must not rewrite the record: changed training settings are refused (trainer/history.py)
     history.check_resume(run_dir, cfg, resuming=ckpt.find_resume_checkpoint(run_dir, cfg.resume) is not None)
     examples = load_examples(cfg)
+    # validation's benchmarks (trainer/validate.py): read before the model, so missing data stops the run first
+    val_plan = load_plan(cfg) if validation_on(cfg) else []
 
     # --- model, data, rollout engine, optimizer ----------------------------------------------------------
     # mixed precision: the model (and so the optimizer state) in master_dtype (fp32), forward/backward in dtype;
@@ -109,6 +117,9 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     ref_model = (load_reference(source, d, compute=dtype, seed=cfg.seed, like=model, builder=policy_builder)
                  if cfg.kl_coef else None)
     prompts = tokenize_prompts(cfg, examples, tokenizer)
+    if val_plan:   # validation's prompts, each checked to fit the engine with its budget, before anything is written
+        engine = resolve_engine(cfg.engine, model=model)
+        encode(val_plan, tokenizer, context=engine_context(cfg, model, engine))
     if d.is_main and any(prompts.dropped.values()):
         print(f"data: {len(prompts.examples)} of {len(examples)} prompts kept ({prompts.dropped})", file=sys.stderr)
     sampler, engine_model = make_rollout_engine(
@@ -128,13 +139,28 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                   file=sys.stderr)
     tracker = make_tracker(cfg.tracker, main=d.is_main, run_dir=run_dir, run_name=cfg.run_name, config=to_dict(cfg),
                            progress=cfg.progress, total_steps=cfg.total_steps, start=start, on_step=on_step)
+    validator, best, fresh = None, None, False   # fresh: the engine already holds the current weights
+    if val_plan:   # the run's own engine scores the policy, as eval.run would score its checkpoint
+        # each validation first gives the engine the current weights (waking a sleeping vLLM engine)
+        validator = Validator(cfg, val_plan, sampler=sampler, tokenizer=tokenizer, d=d, run_dir=run_dir,
+                              engine=engine, dtype=str(dtype).removeprefix("torch."),
+                              sync=lambda: sync_rollout_weights(sampler, engine_model, model))
+        if d.is_main:   # a resumed run continues with the best of its earlier steps (checkpoints/best.json)
+            best = ckpt.best_so_far(run_dir, validator.selection, before_step=start)
+        if cfg.val_before_train and start == 0:   # the starting policy, logged as step -1 (a baseline)
+            metrics, fresh = {"step": BEFORE, **validator(BEFORE)}, True
+            if d.is_main:
+                append_jsonl(run_dir / "metrics.jsonl", metrics)
+            tracker.log(metrics, BEFORE)
 
     # --- the loop: sample, reward, advantage, loss, step, log, checkpoint ----------------------------------
     stopped = None
     with Preemption() as preemption:   # SIGTERM: save a resume point after this step, then stop
         for step in range(start, cfg.total_steps):
             t0 = time.perf_counter()
-            sync_rollout_weights(sampler, engine_model, model)
+            if not fresh:   # after a validation the engine holds these weights already
+                sync_rollout_weights(sampler, engine_model, model)
+            fresh = False
             gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
             rows, kept, metrics = collect_step(builder, cfg, step)   # dynamic sampling (trainer/sampling.py)
             metrics.update(sync_check_metrics(sampler))
@@ -156,6 +182,10 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             produced_tokens += sum(len(r.response_ids) for r in rows)
             records = gather_records(records, d)
             t_step = time.perf_counter() - t0
+            validated = validator is not None and is_due(step, val_every=cfg.val_every, total_steps=cfg.total_steps)
+            if validated:   # this step's policy, after its update: the weights its checkpoint saves
+                metrics.update(validator(step))
+                fresh = True
             if d.is_main:
                 metrics.update(step_metrics(cfg, rows, kept, records))
                 if cfg.algorithm == "luffy":
@@ -171,13 +201,24 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             tracker.log(metrics, step)   # rank 0's trackers and on_step; the null tracker elsewhere
             last = step == cfg.total_steps - 1
             stop = not last and preemption.requested(d)   # every rank agrees on the step
-            if last or stop or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+            # a validated step saves too, so checkpoints/best always names a real checkpoint
+            if last or stop or validated or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                new_best = None
+                if validated and d.is_main and ckpt.better(metrics.get("val/select"), best):
+                    new_best = ckpt.best_record(step, cfg.select_metric, metrics["val/select"])
+                protect = {b["step"] for b in (best, new_best) if b is not None}   # retention keeps the best
                 ckpt.save_step(run_dir, step, cfg, d, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                               scheduler=scheduler, loader=loader, builder=builder, produced_tokens=produced_tokens)
+                               scheduler=scheduler, loader=loader, builder=builder, produced_tokens=produced_tokens,
+                               protect=protect)
+                if new_best is not None:
+                    best = new_best
+                    ckpt.keep_best(run_dir, best, cfg)
             if stop:
                 stopped = step
                 break
     tracker.close()
+    if validator is not None:
+        validator.close()
     if hasattr(sampler, "close"):
         sampler.close()   # before the process group goes: vLLM tears its own groups down with the engine
     if stopped is not None:
@@ -253,7 +294,7 @@ def launch(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     main_rank = os.environ.get("RANK", "0") == "0"
     if main_rank:
-        for warning in learning_warnings(cfg):   # valid, but the run would learn nothing: said once
+        for warning in learning_warnings(cfg) + validation_warnings(cfg):   # valid, but likely not meant: said once
             print(f"warning: {warning}", file=sys.stderr)
     if args.dry_run:
         return dry_run(cfg, world_size=world_size)
@@ -269,8 +310,9 @@ def launch(argv: list[str] | None = None) -> int:
     where = f" (rank {d.rank})" if d.enabled else ""
     try:
         run_dir = train(cfg, d)
-    except (ckpt.CheckpointError, ModelSourceError, history.ResumeChanged) as exc:   # bad input (checkpoint, run
-        print(f"error{where}: {exc}", file=sys.stderr)   # directory, model, a changed resume): a message, no traceback
+    except (ckpt.CheckpointError, ModelSourceError, history.ResumeChanged, ValidationError) as exc:   # bad input
+        # (checkpoint, run directory, model, a changed resume, validation data): a message, no traceback
+        print(f"error{where}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if d.is_main:

@@ -1,0 +1,130 @@
+"""The scoring protocol ``eval.run`` and the trainer's validation share, so that validating a checkpoint during
+training gives exactly the scores ``python -m eval.run --model <that checkpoint>`` gives with the same settings.
+
+- ``generation_settings``: a benchmark's generation defaults (``Benchmark.generation``, ``default_template``) with
+  the settings given (not None) over them: what "the benchmark's default" means everywhere;
+- ``encode_prompts``: a problem's prompt text (``scoring.templates.render_prompt``) and its token ids
+  (``tokenizer(text, add_special_tokens=False)``, the one tokenization rule, docs/architecture.md);
+- ``sample_seed``: sample j of a problem draws from its own seed, a function of the run's seed, the benchmark, the
+  problem id and j, so the samples do not depend on chunking, on how many engines or ranks share the problems, or on
+  which process draws them;
+- ``grade_responses``: the batch grading of a benchmark's responses (``scoring.grading.grade_batch``: math-verify in
+  a process pool with its hard per-item limit plus the Qwen-style cross-check, code on threads, tasks inline);
+- ``graded_counts`` and ``scores``: samples a grader could not grade (``UNGRADED_VERDICTS``) are counted and left
+  out, never scored; avg@n and pass@k over what is left (``contracts.passk``).
+
+No torch and no file IO here: the callers generate, write and log.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from contracts.passk import avg_at_n, k_grid, pass_at_k
+from contracts.sampling import TOP_K_OFF, resolve_top_k
+from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem, Verdict
+from scoring.grading import grade_batch
+from scoring.math import extract_answer
+from scoring.pool import apply, qwen_verdict
+from scoring.templates import render_prompt
+
+__all__ = ["GENERATION_KEYS", "generation_settings", "encode_prompts", "sample_seed", "grade_responses",
+           "graded_counts", "scores"]
+
+GENERATION_KEYS = ("n", "temperature", "top_p", "top_k", "max_tokens")
+
+
+def generation_settings(bench: Benchmark, *, n: int | None = None, temperature: float | None = None,
+                        top_p: float | None = None, top_k: int | None = None, max_tokens: int | None = None,
+                        template: str | None = None) -> dict:
+    """``{"n", "temperature", "top_p", "top_k", "max_tokens", "template"}``: the benchmark's defaults (math: 32
+    samples at temperature 0.6, top-p 0.95, 4096 tokens, template qwen-math; the embedded tasks: 8 at 1.0, 64 tokens,
+    raw; top-k off where a benchmark names none) with every value given (not None) over them; ``top_k`` resolved
+    (``contracts.sampling.resolve_top_k``: -1 is recorded as 0, off)."""
+    out = {"top_k": TOP_K_OFF, **bench.generation}
+    for key, val in zip(GENERATION_KEYS, (n, temperature, top_p, top_k, max_tokens)):
+        if val is not None:
+            out[key] = val
+    out["top_k"] = resolve_top_k(out["top_k"])
+    return {**{k: out[k] for k in GENERATION_KEYS}, "template": template or bench.default_template}
+
+
+def encode_prompts(template: str, problems: Sequence[Problem], tokenizer) -> tuple[list[str], list[list[int]]]:
+    """Each problem's prompt text and its token ids (no special tokens added: the template spells them out)."""
+    texts = [render_prompt(template, p.question, tokenizer) for p in problems]
+    return texts, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def sample_seed(seed: int, bench_name: str, problem_id: str, j: int) -> int:
+    """The sampling seed of sample ``j`` of problem ``problem_id`` (CRC-32 of ``"seed:benchmark:id:j"``)."""
+    return zlib.crc32(f"{seed}:{bench_name}:{problem_id}:{j}".encode())
+
+
+def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Sequence[Sequence[str]], *,
+                    pool=None, progress: bool = False) -> tuple[list[list[Verdict]], list[list[bool]] | None, int]:
+    """Verdicts per problem and sample; for math also the Qwen-style verdicts and the number of timeouts.
+
+    One ``scoring.grading.grade_batch`` call per batch: math in ``pool`` (a ``scoring.pool.WorkerPool(apply)``
+    with the hard per-item timeout; one with ``GRADE_TIMEOUT_S`` is made and closed when None), the score and the
+    cross-check of every sample in one pass; code on threads; task rewards in this process. A grader's failure is
+    already the sample's ``timeout`` / ``grader_error`` verdict there; a failed cross-check counts as not correct.
+    """
+    sizes = [len(rs) for rs in responses]
+    if bench.kind in ("task", "code"):
+        items = [(r, p) for p, rs in zip(problems, responses) for r in rs]
+        flat = grade_batch(bench.grade, items, mode="inline" if bench.kind == "task" else "thread",
+                           progress=progress, desc=f"grade {bench.name}")
+        return _per_problem(flat, sizes), None, 0
+    items = []
+    for p, rs in zip(problems, responses):
+        multi, unit = bool(p.meta.get("multiple_answer", False)), p.meta.get("unit")
+        for r in rs:
+            items.append((bench.grade, r, p))                                   # math-verify: the score
+            items.append((qwen_verdict, r, p.gold, multi, unit, bench.name))    # the Qwen-style cross-check
+    got = grade_batch(apply, items, mode="process", pool=pool, answer_of=lambda it: extract_answer(it[1]),
+                      progress=progress, desc=f"grade {bench.name}")
+    verdicts = got[0::2]
+    timeouts = sum(v.verdict == "timeout" for v in verdicts)
+    return _per_problem(verdicts, sizes), _per_problem([bool(v.correct) for v in got[1::2]], sizes), timeouts
+
+
+def _per_problem(flat: list, sizes: list[int]) -> list[list]:
+    out, i = [], 0
+    for k in sizes:
+        out.append(flat[i:i + k])
+        i += k
+    return out
+
+
+def graded_counts(verdicts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]]
+                  ) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(graded samples per problem, correct among them, ungraded samples, problems left with none graded) for the
+    problems that kept at least one graded sample; a sample whose verdict is in ``UNGRADED_VERDICTS`` is never a
+    score (the rule of eval's reports, ``eval.leaderboard.graded_rows``)."""
+    n, c, ungraded, empty = [], [], 0, 0
+    for vs, cs in zip(verdicts, correct):
+        keep = [bool(x) for v, x in zip(vs, cs) if v not in UNGRADED_VERDICTS]
+        ungraded += len(cs) - len(keep)
+        if not keep:
+            empty += 1
+            continue
+        n.append(len(keep))
+        c.append(sum(keep))
+    return np.array(n, dtype=np.int64), np.array(c, dtype=np.int64), ungraded, empty
+
+
+def scores(verdicts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]]) -> dict:
+    """One benchmark's scores from its samples' verdicts: ``{"problems", "n_min", "avg", "pass": {k: value},
+    "ungraded", "ungraded_problems"}``. ``avg`` is avg@n, the mean over problems of c_i / n_i (graded samples only);
+    ``pass`` the unbiased pass@k for every k of ``k_grid(n_min)`` (none is defined beyond the fewest graded samples
+    of a problem). With no graded sample at all, ``avg`` is NaN and ``pass`` empty."""
+    n, c, ungraded, empty = graded_counts(verdicts, correct)
+    out = {"problems": int(n.size), "n_min": int(n.min()) if n.size else 0, "avg": float("nan"), "pass": {},
+           "ungraded": ungraded, "ungraded_problems": empty}
+    if n.size:
+        out["avg"] = float(avg_at_n(n, c).mean())
+        out["pass"] = {k: float(pass_at_k(n, c, k).mean()) for k in k_grid(int(n.min()))}
+    return out
