@@ -168,3 +168,22 @@ def test_the_cli_reports_an_old_checkpoint_in_one_line(tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert "error: " in res.stderr and "older version of the trainer" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_dcp_failures_leave_as_the_trainers_errors_and_a_ctrl_c_as_an_interrupt():
+    # DCP's CheckpointException is a BaseException wrapping what each rank raised: a Ctrl-C during a save once left
+    # the trainer as a traceback with exit 1 (tests/test_launch.py's Ctrl-C test, when the signal landed mid-save)
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainer.fsdp import ShardedCheckpointError, _quiet_single_process
+
+    def raising(exc):
+        with _quiet_single_process():
+            raise CheckpointException("save", {0: (exc, traceback.StackSummary())})
+
+    with pytest.raises(KeyboardInterrupt):
+        raising(KeyboardInterrupt())
+    with pytest.raises(ShardedCheckpointError, match=r"rank 0: OSError: No space left on device"):
+        raising(OSError("No space left\non device"))

@@ -356,11 +356,27 @@ def _dcp_state(model, optimizer) -> dict:
                                                   options=StateDictOptions(flatten_optimizer_state_dict=True))}
 
 
+class ShardedCheckpointError(RuntimeError):
+    """DCP failed on some rank while saving or loading (the message names the ranks and what each met)."""
+
+
 @contextlib.contextmanager
 def _quiet_single_process():
-    with warnings.catch_warnings():   # DCP says it saves "in a single process" each time: intended on one process
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process.*")
-        yield
+    """DCP's calls as the rest of the trainer meets errors: its ``CheckpointException`` is a ``BaseException``
+    (an ``except Exception`` never sees it) that wraps what each rank raised, a Ctrl-C included. A Ctrl-C on any
+    rank leaves as ``KeyboardInterrupt`` (the command's exit 130), anything else as ``ShardedCheckpointError``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    try:
+        with warnings.catch_warnings():   # DCP says it saves "in a single process" each time: intended on one process
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process.*")
+            yield
+    except CheckpointException as exc:
+        failures = {rank: pair[0] for rank, pair in exc.failures.items()}
+        if any(isinstance(e, KeyboardInterrupt) for e in failures.values()):
+            raise KeyboardInterrupt from None
+        what = "; ".join(f"rank {r}: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+                         for r, e in sorted(failures.items()))
+        raise ShardedCheckpointError(f"torch.distributed.checkpoint failed ({what})") from None
 
 
 def save_sharded(model, optimizer, path, d: Dist) -> None:
