@@ -13,7 +13,7 @@ commit f4e2376, 4.1 on a slower AVX2 machine), or ``--out DIR``.
 Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
 
 ``python -m demo --premise [options of python -m demo.premise]``: the paper's premise instead (RL narrows the
-policy, the relay; countdown, about 30 minutes on 2 cores; ``runs/premise`` and ``docs/premise.md``).
+policy, the relay; countdown, about 30 minutes on 2 cores; ``runs/premise``, its page ``runs/premise/premise.md``).
 """
 
 from __future__ import annotations

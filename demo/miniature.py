@@ -8,7 +8,8 @@ warm-up). Each final checkpoint is scored on the held-out split right after it f
 sweep keeps everything it finished; rerunning skips finished runs and graded problems. Runs go seed by seed
 (every method of seed 0, then seed 1, ...), so a partial sweep fills whole columns first.
 
-At the end (or alone, with ``--write-only``) ``docs/miniature.md`` is written from whatever has been scored:
+At the end (or alone, with ``--write-only``) the page is written from whatever has been scored, to
+``OUT/miniature.md`` (``--doc docs/miniature.md`` updates the committed page):
 per method the mean held-out avg@n over seeds with a 95 % t-interval (Student t over seeds, k − 1 degrees of
 freedom), the per-seed values, the paired difference to on-policy DAPO (same seed: same prompts in the same
 order) with its t-interval, and the measured cost; cells with no finished seed are marked "not run". The
@@ -355,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog=__doc__.split("\n\n", 1)[1] + "\n" + EXIT_CODES_HELP)
     p.add_argument("--seeds", type=int, default=3, help="training seeds per method (default 3)")
     p.add_argument("--out", default="runs/miniature", help="runs, eval results (default runs/miniature)")
-    p.add_argument("--doc", default=str(REPO / "docs" / "miniature.md"), help="the page to write")
+    p.add_argument("--doc", default=None, help="the page to write (default OUT/miniature.md; --doc docs/miniature.md "
+                                                 "updates the committed page)")
     p.add_argument("--write-only", action="store_true", help="only rewrite the page from what has been scored")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
     p.add_argument("--tables", default="addition,minicode",
@@ -370,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     if not tables or not tables <= {"addition", "minicode"}:
         p.error(f"--tables takes addition, minicode or both, got {args.tables!r}")
     out = Path(args.out)
-    command = "python -m demo.miniature --seeds {}{}".format(
-        args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}")
+    command = "python -m demo.miniature --seeds {}{}{}".format(
+        args.seeds, "" if args.out == "runs/miniature" else f" --out {args.out}",
+        f" --doc {args.doc}" if args.doc else "")
 
     def body() -> int:
         if not args.write_only:
@@ -383,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             if "minicode" in tables:
                 sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_METHODS)
         page = render(out, FULL, args.seeds, command=command, code_out=code_dir(out))
-        doc = Path(args.doc)
-        old = doc.read_text() if doc.is_file() else ""
+        doc = Path(args.doc) if args.doc else out / "miniature.md"
+        committed = REPO / "docs" / "miniature.md"   # a new page elsewhere carries the committed page's notes
+        old = doc.read_text() if doc.is_file() else (committed.read_text() if committed.is_file() else "")
         if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
             page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
         page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
@@ -392,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
             print(warning(stale, doc=doc, heading=NOTES_HEADING, sources_in="demo/miniature.py"), file=sys.stderr)
         atomic_write_text(doc, page)
         print(page)
-        print(f"wrote {args.doc}")
+        print(f"wrote {doc}" + ("" if doc.resolve() == committed.resolve() else
+                                f" (the committed page is {committed.relative_to(REPO)}: --doc {committed.relative_to(REPO)} "
+                                f"updates it)"))
         return 0
 
     # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143

@@ -4,7 +4,8 @@ Section 3 of the paper rests on one observation: as on-policy RL sharpens the po
 earlier checkpoints reached disappear, so the final checkpoint's pass@k at large k falls while its pass@1
 rises, and a relay (an early checkpoint writes the first half of a response, the final one continues) has a
 higher pass@k than the final checkpoint alone at large k (Figure 2). This module builds the CPU regime where
-that can be looked for, measures it, and writes ``docs/premise.md`` from the cached tables:
+that can be looked for, measures it, and writes its page from the cached tables (``OUT/premise.md``; ``--doc
+docs/premise.md`` updates the committed page):
 
     data      -> countdown problems with several valid solution paths (``scoring.tasks.countdown``, difficulty
                  in ``PremiseBudget``): a warm-up pool, an RL pool and a held-out split, decontaminated by prompt
@@ -21,7 +22,7 @@ that can be looked for, measures it, and writes ``docs/premise.md`` from the cac
                  methods table (pass@1 and pass@large-k, mean ± t-interval over training seeds)
     relay     -> ``tsanalysis.relay.run_relay`` (early -> final of on-policy seed 0, cut 0.5, n per problem)
     figures   -> ``figures.premise`` (curves, entropy) and ``figures.fig2_relay`` (relay), from the cached tables
-    page      -> ``docs/premise.md`` (numbers, figures copied under ``docs/premise/``, the grid searched)
+    page      -> ``OUT/premise.md`` (numbers, figures copied under ``premise/`` beside it, the grid searched)
 
 Everything is cached under the output folder (default ``runs/premise``): finished runs, graded problems,
 relay problems and analysis tables are skipped on a rerun, so an interrupted regime resumes where it stopped.
@@ -366,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="premise (the documented regime, ~30 minutes on 2 cores) or toy (seconds; the tests)")
     p.add_argument("--out", default=None, help="output folder (default runs/premise, runs/premise-toy with --budget toy)")
     p.add_argument("--doc", default=None,
-                   help="the page to write (default docs/premise.md for the premise budget, none for toy)")
+                   help="the page to write (default OUT/premise.md for the premise budget, none for toy; "
+                        "--doc docs/premise.md updates the committed page)")
     p.add_argument("--seeds", type=int, default=None, help="training seeds per method (default: the budget's, 3)")
     p.add_argument("--write-only", action="store_true", help="only rewrite the figures and the page from the tables")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
@@ -379,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--seeds must be >= 1")
         b = replace(b, seeds=args.seeds)
     out = Path(args.out or ("runs/premise" if args.budget == "premise" else "runs/premise-toy"))
-    doc = args.doc or (str(REPO / "docs" / "premise.md") if args.budget == "premise" else None)
+    # the page goes under the run folder; the committed docs/premise.md only when asked (--doc docs/premise.md)
+    doc = args.doc or (str(out / "premise.md") if args.budget == "premise" else None)
 
     def body() -> int:
         if args.write_only:

@@ -276,16 +276,20 @@ def _default_out(out: Path) -> bool:
     return Path(out).parts[-2:] == ("runs", "premise")
 
 
+COMMITTED_PAGE = Path(__file__).resolve().parents[1] / "docs" / "premise.md"
+
+
 def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str | None = None) -> str:
-    """``doc`` from the cached tables; figures copied to ``docs/premise/`` beside it; the grid block and the
-    hand-written notes of an existing page are kept."""
+    """``doc`` from the cached tables; figures copied to ``premise/`` beside it; the grid block and the
+    hand-written notes of an existing page are kept (a new page elsewhere takes them from the committed
+    ``docs/premise.md``, so a page under ``runs/`` reads complete, its stale numbers marked)."""
     command = command or ("python -m demo --premise" + ("" if _default_out(out) else f" --out {out}"))
     page = render_page(out, b, command=command)
     fig_dir = doc.parent / "premise"
     fig_dir.mkdir(parents=True, exist_ok=True)
     for f in (out / "figures").glob("premise_*.png"):
         shutil.copyfile(f, fig_dir / f.name)
-    old = doc.read_text() if doc.is_file() else ""
+    old = doc.read_text() if doc.is_file() else (COMMITTED_PAGE.read_text() if COMMITTED_PAGE.is_file() else "")
     grid = (old[old.index(GRID_START):old.index(GRID_END) + len(GRID_END)] if GRID_START in old and GRID_END in old
             else f"{GRID_START}\n(run `python -m demo.premise_search --write-grid` to fill this section)\n{GRID_END}")
     page = page.rstrip("\n") + "\n\n## Grid searched\n\n" + grid + "\n"

@@ -184,9 +184,26 @@ def test_miniature_page_rewrite_keeps_the_hand_written_reading(tmp_path, capsys)
     doc, out = tmp_path / "miniature.md", tmp_path / "nothing-run-yet"
     assert miniature_main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
     first = doc.read_text()
-    assert "| On-policy (DAPO) | not run | 0/3 |" in first and NOTES_HEADING not in first
-    doc.write_text(first + f"\n{NOTES_HEADING}\n\nwhat the numbers say\n")
+    assert "| On-policy (DAPO) | not run | 0/3 |" in first
+    # a new page starts from the committed page's reading; this one is replaced by our own
+    assert first.count(NOTES_HEADING) == 1
+    doc.write_text(first.split(NOTES_HEADING)[0] + f"{NOTES_HEADING}\n\nwhat the numbers say\n")
     assert miniature_main(["--seeds", "3", "--write-only", "--out", str(out), "--doc", str(doc)]) == 0
     again = doc.read_text()
     assert again.count(NOTES_HEADING) == 1 and again.rstrip().endswith("what the numbers say")
     assert "| On-policy (DAPO) | not run | 0/3 |" in again
+
+
+def test_the_miniature_page_goes_under_its_run_folder_unless_the_committed_page_is_asked_for(tmp_path, capsys):
+    # a README command (`--tables minicode`) used to rewrite the committed docs/miniature.md with "not run" rows
+    from demo.miniature import NOTES_HEADING, main as miniature_main
+    committed = REPO / "docs" / "miniature.md"
+    before = committed.read_bytes()
+    out = tmp_path / "mini"
+    assert miniature_main(["--seeds", "3", "--write-only", "--out", str(out)]) == 0
+    assert committed.read_bytes() == before
+    page = (out / "miniature.md").read_text()
+    assert "| On-policy (DAPO) | not run | 0/3 |" in page
+    # the committed page's reading comes along, its numbers now marked as not matching these (empty) tables
+    assert page.count(NOTES_HEADING) == 1 and "numbers below not matching the tables" in page
+    assert "--doc docs/miniature.md updates it" in capsys.readouterr().out
