@@ -42,7 +42,7 @@ from pathlib import Path
 
 from contracts.commands import EXIT_CODES_HELP, points, pct, run_command
 from contracts.files import atomic_path, atomic_write_json, atomic_write_text
-from scoring.benchmarks.base import UNGRADED_VERDICTS
+from scoring.benchmarks.protocol import graded_row
 from eval.lm_eval_bridge import LM_EVAL_FILE
 from eval.metrics import average, compare, compare_average, counts, summarize
 from eval.samples import read_samples
@@ -53,20 +53,17 @@ __all__ = ["build_leaderboard", "write_leaderboard", "render_markdown", "average
 
 def graded_rows(rows) -> tuple[list[dict], int, int]:
     """(rows with only their graded samples, ungraded samples, problems left with none graded): what scores are
-    computed from. A sample whose verdict is in ``UNGRADED_VERDICTS`` is never a score."""
+    computed from (``scoring.benchmarks.protocol.graded_row``: the one rule, every per-sample list kept aligned)."""
     out, ungraded, empty = [], 0, 0
     for r in rows:
-        verdicts = r.get("verdicts") or [None] * len(r["correct"])
-        keep = [i for i, v in enumerate(verdicts) if v not in UNGRADED_VERDICTS]
-        if len(keep) == len(r["correct"]):
-            out.append(r)
-            continue
-        ungraded += len(r["correct"]) - len(keep)
-        if not keep:
+        g = graded_row(r)
+        ungraded += len(r["correct"]) - (len(g["correct"]) if g is not None else 0)
+        if g is None:
             empty += 1
-            continue
-        out.append(dict(r, correct=[r["correct"][i] for i in keep], verdicts=[verdicts[i] for i in keep]))
+        else:
+            out.append(g)
     return out, ungraded, empty
+
 
 # lm-eval metric names in order of preference for "the task's main metric"
 LM_EVAL_METRICS = ("exact_match", "acc_norm", "acc", "pass@1", "pass_at_1", "f1", "em", "bleu", "word_perplexity")

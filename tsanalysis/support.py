@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from contracts.passk import N_BOOT, SEED, bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
-from scoring.benchmarks.base import UNGRADED_VERDICTS
+from scoring.benchmarks.protocol import graded_row   # the one rule: ungraded samples left out, lists aligned
 
 from .core import support as S
 from .errors import UsageError
@@ -97,21 +97,6 @@ class ModelSamples:
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------
-def graded_row(row: dict) -> dict | None:
-    """The row with only its graded samples, every per-sample list kept aligned (None when none is graded)."""
-    verdicts = row.get("verdicts") or [None] * len(row["correct"])
-    keep = [i for i, v in enumerate(verdicts) if v not in UNGRADED_VERDICTS]
-    if len(keep) == len(row["correct"]):
-        return row
-    if not keep:
-        return None
-    out = dict(row)
-    for key in ("responses", "answers", "verdicts", "correct", "finish_reasons", "correct_qwen"):
-        if isinstance(row.get(key), list) and len(row[key]) == len(row["correct"]):
-            out[key] = [row[key][i] for i in keep]
-    return out
-
-
 def _samples(model: str, benchmark: str, rows: list[dict], source: str, *, texts: bool) -> ModelSamples:
     kept, ungraded = [], 0
     for r in sorted(rows, key=lambda r: str(r["problem_id"])):

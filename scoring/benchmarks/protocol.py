@@ -31,8 +31,8 @@ from scoring.math import extract_answer
 from scoring.pool import apply, qwen_verdict
 from scoring.templates import render_prompt
 
-__all__ = ["GENERATION_KEYS", "generation_settings", "encode_prompts", "sample_seed", "grade_responses",
-           "graded_counts", "scores"]
+__all__ = ["GENERATION_KEYS", "SAMPLE_KEYS", "generation_settings", "encode_prompts", "sample_seed",
+           "grade_responses", "graded_indices", "graded_row", "graded_counts", "scores"]
 
 GENERATION_KEYS = ("n", "temperature", "top_p", "top_k", "max_tokens")
 
@@ -99,14 +99,39 @@ def _per_problem(flat: list, sizes: list[int]) -> list[list]:
     return out
 
 
+def graded_indices(verdicts: Sequence[str | None]) -> list[int]:
+    """The samples a grader graded: every index whose verdict is not in ``UNGRADED_VERDICTS`` (the one rule by which
+    eval's reports, the leaderboard, validation and ``tsanalysis support`` leave a sample out, never a score)."""
+    return [i for i, v in enumerate(verdicts) if v not in UNGRADED_VERDICTS]
+
+
+# a results line's per-sample lists, kept aligned when ungraded samples are left out
+SAMPLE_KEYS = ("responses", "answers", "verdicts", "correct", "finish_reasons", "correct_qwen")
+
+
+def graded_row(row: dict) -> dict | None:
+    """A results line with only its graded samples (``graded_indices``), every per-sample list kept aligned; the
+    row itself when all are graded, None when none is."""
+    verdicts = row.get("verdicts") or [None] * len(row["correct"])
+    keep = graded_indices(verdicts)
+    if len(keep) == len(row["correct"]):
+        return row
+    if not keep:
+        return None
+    out = dict(row)
+    for key in SAMPLE_KEYS:
+        if isinstance(row.get(key), list) and len(row[key]) == len(row["correct"]):
+            out[key] = [row[key][i] for i in keep]
+    return out
+
+
 def graded_counts(verdicts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]]
                   ) -> tuple[np.ndarray, np.ndarray, int, int]:
     """(graded samples per problem, correct among them, ungraded samples, problems left with none graded) for the
-    problems that kept at least one graded sample; a sample whose verdict is in ``UNGRADED_VERDICTS`` is never a
-    score (the rule of eval's reports, ``eval.leaderboard.graded_rows``)."""
+    problems that kept at least one graded sample (``graded_indices``)."""
     n, c, ungraded, empty = [], [], 0, 0
     for vs, cs in zip(verdicts, correct):
-        keep = [bool(x) for v, x in zip(vs, cs) if v not in UNGRADED_VERDICTS]
+        keep = [bool(cs[i]) for i in graded_indices(vs)]
         ungraded += len(cs) - len(keep)
         if not keep:
             empty += 1
