@@ -21,9 +21,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator
 
-from .style import COLORS, figure_style, new_figure
+from .style import COLORS, figure_style, log2_k_axis, new_figure
 
 __all__ = ["load_tables", "plot_passk_curves", "plot_entropy", "MODEL_COLORS", "MODEL_LABELS"]
 
@@ -51,15 +50,6 @@ def load_tables(out: str | os.PathLike) -> dict:
     return tables
 
 
-def _log2_axis(ax, ks) -> None:
-    ax.set_xscale("log", base=2)
-    ticks = sorted({int(k) for k in ks})
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(t) for t in ticks])
-    ax.set_xlabel("k (samples per problem)")
-
-
 def _fmt_k(x: float) -> str:
     return "> grid" if math.isinf(x) else f"{x:.1f}"
 
@@ -79,7 +69,7 @@ def plot_passk_curves(curves: pd.DataFrame, diff: pd.DataFrame | None = None,
             c = MODEL_COLORS[name]
             ax.fill_between(k, 100 * d["low"], 100 * d["high"], color=c, alpha=0.18, linewidth=0)
             ax.plot(k, 100 * d["pass"], marker="o", color=c, label=MODEL_LABELS[name])
-        _log2_axis(ax, curves["k"])
+        log2_k_axis(ax, curves["k"])
         ax.set_ylabel("pass@k on the held-out split (%)")
         ax.set_title("(a) pass@k (unbiased estimator; 95 % bootstrap over problems)", loc="left")
         ax.legend(loc="lower right")
@@ -94,7 +84,7 @@ def plot_passk_curves(curves: pd.DataFrame, diff: pd.DataFrame | None = None,
                 ax.fill_between(k, 100 * d["low"], 100 * d["high"], color=c, alpha=0.18, linewidth=0)
                 ax.plot(k, 100 * d["diff"], marker="o", color=c, label=f"{name} − warm-up")
             ax.axhline(0.0, color=COLORS["zero"], linewidth=0.9, linestyle="--", zorder=1)
-            _log2_axis(ax, diff["k"])
+            log2_k_axis(ax, diff["k"])
             ax.set_ylabel("pass@k minus the warm-up's (points)")
             cx = (crossover or {}).get("final")
             sub = "(b) RL checkpoint − warm-up (paired)"

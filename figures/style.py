@@ -15,6 +15,7 @@ from typing import Iterator
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
 
 __all__ = ["RC", "COLORS", "SERIES_COLORS", "SERIES_MARKERS", "CLIP_COLORS", "KIND_COLORS", "CATEGORY_COLORS",
            "RULE_COLORS", "METHOD_COLORS", "PALETTE", "DPI", "apply_style", "figure_style", "new_figure",
@@ -102,3 +103,13 @@ def use_headless_backend() -> None:
 def mathtext_safe(text: str) -> str:
     """Escape '$' so matplotlib does not parse token texts such as '$' or '$$' as mathtext."""
     return text.replace("$", r"\$")
+
+
+def log2_k_axis(ax, ks) -> None:
+    """A pass@k x axis: log base 2, a tick at each k given (1, 2, 4, ...), labelled as integers."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(k) for k in ks})
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel("k (samples per problem)")

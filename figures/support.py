@@ -23,9 +23,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator
 
-from .style import COLORS, color_cycle, figure_style, new_figure
+from .style import COLORS, color_cycle, figure_style, log2_k_axis, new_figure
 
 __all__ = ["SUPPORT_TABLES", "load_support", "plot_support"]
 
@@ -48,15 +47,6 @@ def load_support(path: str | os.PathLike) -> dict[str, pd.DataFrame]:
     tables = {name: folder.table(name) for name in SUPPORT_TABLES if name in folder.tables}
     print(f"support tables from {folder.path}: {', '.join(sorted(tables))}")
     return tables
-
-
-def _log2_axis(ax, ks) -> None:
-    ax.set_xscale("log", base=2)
-    ticks = sorted({int(k) for k in ks})
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([str(t) for t in ticks])
-    ax.set_xlabel("k (samples per problem)")
 
 
 def plot_support(tables: Mapping[str, pd.DataFrame], *, benchmark: str | None = None,
@@ -90,7 +80,7 @@ def plot_support(tables: Mapping[str, pd.DataFrame], *, benchmark: str | None = 
                 hi = float(r["high"])
                 notes.append(f"{r['to']} ≤ {r['from']} from k = {est:.1f} [{float(r['low']):.1f}, "
                              f"{hi:.1f}]" if math.isfinite(hi) else f"{r['to']} ≤ {r['from']} from k = {est:.1f}")
-        _log2_axis(ax, passk["k"])
+        log2_k_axis(ax, passk["k"])
         ax.set_ylabel("pass@k (%)")
         ax.set_title("(a) pass@k, 95 % bootstrap over problems" + ("".join(f"\n{n}" for n in notes[:3])), loc="left")
         ax.legend(loc="lower right")
@@ -103,7 +93,7 @@ def plot_support(tables: Mapping[str, pd.DataFrame], *, benchmark: str | None = 
             for name, style in (("gained", "-"), ("lost", "--")):
                 ax.fill_between(k, d[f"{name}_low"], d[f"{name}_high"], color=c, alpha=0.10, linewidth=0)
                 ax.plot(k, d[name], linestyle=style, marker="o", color=c, label=f"{a} → {z}: {name}")
-        _log2_axis(ax, sup["k"])
+        log2_k_axis(ax, sup["k"])
         n_prob = int(sup["problems"].max()) if len(sup) else 0
         ax.set_ylabel(f"expected problems (of {n_prob})")
         ax.set_title("(b) problems gained and lost at k (paired bootstrap)", loc="left")
