@@ -163,7 +163,7 @@ def longest_prompt(prompt_ids: dict[str, Sequence[int]]) -> tuple[int, str | Non
 def check_context(what: str, prompt_ids: dict[str, Sequence[int]], max_tokens: int, context: tuple[int, str] | None,
                   *, cap: int | None = None, where: str = "config.json", hint: str = "") -> None:
     """EvalInputError, one line naming both numbers, unless the longest prompt plus ``max_tokens`` new tokens fits
-    the model's context: ``context`` (tokens, the config.json key that says so: ``eval.parallel.model_context``;
+    the model's context: ``context`` (tokens, the config.json key that says so: ``inference.hub.model_context``;
     None: unknown, only ``cap`` is checked) and ``cap`` (a smaller limit the config asks for, ``max_context``).
     A response that runs past the context is not an error any engine reports: the HF engine extrapolates the
     positions (rotary embeddings it was not trained on), vLLM refuses at start-up or cuts the request. ``what``:

@@ -26,7 +26,7 @@ Generation defaults are the benchmark's (math: n=32, temperature 0.6, top-p 0.95
 template qwen-math; tasks: n=8, temperature 1.0, 64 tokens, template raw); each setting given (by a profile or the
 command line) overrides them for all benchmarks. The paper fixes n (avg@32, §5.1), not the sampling settings
 (docs/evaluation.md). Before any engine starts, each benchmark's longest rendered prompt plus ``max_tokens`` is
-checked against the model's context (``eval.parallel.model_context``: config.json's max_position_embeddings, as
+checked against the model's context (``inference.hub.model_context``: config.json's max_position_embeddings, as
 vLLM reads it) and ``max_context``; a run that does not fit is refused (exit 2, one line with both numbers).
 Sample j of a problem draws from its own seed (``seed``, the benchmark, the problem id and j), so the files do not
 depend on the chunking or on how many engines share the work.
@@ -74,7 +74,8 @@ from eval.inputs import (EvalInputError, check_context, check_model, data_settin
                          model_name, prepare, read_samples_input)
 from eval.leaderboard import build_leaderboard, write_leaderboard
 from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
-from eval.parallel import EngineSpec, Job, generation_dtype, make_generator, model_context
+from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
+from inference.hub import model_context
 from eval.report import file_report, format_report
 from eval.samples import append_row, make_row
 from inference import load_tokenizer, resolve_engine

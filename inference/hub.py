@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HUB_FILES", "TOKENIZER_FILES", "ModelSource", "ModelSourceError", "check_model_files", "is_hub_id",
-           "local_model_dir", "newest_checkpoint", "offline", "resolve_model"]
+__all__ = ["CONTEXT_KEYS", "HUB_FILES", "TOKENIZER_FILES", "ModelSource", "ModelSourceError", "check_model_files",
+           "config_context", "is_hub_id", "local_model_dir", "model_context", "newest_checkpoint", "offline",
+           "resolve_model"]
 
 # what a snapshot download fetches: configs, tokenizers, chat templates, custom code, safetensors weights (a repo's
 # duplicate *.bin / *.pt / *.gguf copies of the same weights are left on the hub)
@@ -205,3 +206,48 @@ def check_model_files(folder: Path, *, what: str) -> None:
     if not any((folder / f).is_file() for f in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
         raise ModelSourceError(f"{what}: {folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); "
                              f"save the tokenizer into the folder with the model (tokenizer.save_pretrained)")
+
+
+# config.json keys that bound a model's positions, as vLLM reads them (``derive_max_model_len_and_key``: the smallest
+# one present wins), and the RoPE types whose ``factor`` does not multiply them (vLLM's ``_get_and_verify_max_len``:
+# YaRN and the others leave max_position_embeddings already scaled)
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+_ROPE_ALREADY_SCALED = ("default", "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def model_context(model_dir: str | os.PathLike) -> tuple[int, str] | None:
+    """The most tokens (prompt + response) a saved model can hold, and the config.json key that says so, as vLLM
+    derives its ``max_model_len`` from the same file: the smallest of ``CONTEXT_KEYS`` present (in ``text_config``
+    for a multimodal config), times the RoPE scaling ``factor`` for the types that extend it (``dynamic``,
+    ``linear``). None when config.json names no such key (vLLM would then assume 2048; nothing is checked).
+
+    The tokenizer's ``model_max_length`` is not used: vLLM consults it only for pooling models, transformers
+    writes a 1e30 placeholder when a tokenizer has none, and DeepSeek-R1-Distill-Qwen-7B's tokenizer says 16384 for
+    a model of 131072 positions (its card evaluates with 32768 new tokens; docs/evaluation.md)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config_context(config)
+
+
+def config_context(config) -> tuple[int, str] | None:
+    """``model_context`` of a model's config as a dict (``config.json``, or ``PretrainedConfig.to_dict()`` of a
+    model built in memory); None when it names no context."""
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    found = [(int(config[k]), k) for k in CONTEXT_KEYS if isinstance(config.get(k), (int, float))
+             and not isinstance(config.get(k), bool)]
+    if not found:
+        return None
+    context, key = min(found, key=lambda x: x[0])
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        factor = rope.get("factor")
+        if kind not in _ROPE_ALREADY_SCALED and isinstance(factor, (int, float)) and factor:
+            return int(context * factor), f"{key} x rope_scaling.factor {factor:g}"
+    return context, key

@@ -15,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from contracts.config import ConfigError
 from eval import run
 from eval.config import PROFILES, load_eval_config, profile_path, validate
-from eval.parallel import model_context
+from inference.hub import model_context
 from inference.hf import HFSampler, sample_next_token
 from inference.protocol import TOP_K_OFF, resolve_top_k
 from inference.tiny import save_tiny

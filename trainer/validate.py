@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from contracts.files import atomic_write_jsonl
+from inference.hub import config_context
 from scoring.benchmarks import Benchmark, Problem, get_benchmark
 from scoring.benchmarks.protocol import encode_prompts, grade_responses, sample_seed, scores
 from scoring.grading import GRADE_TIMEOUT_S
@@ -123,11 +124,13 @@ def load_plan(cfg: Config) -> list[BenchPlan]:
 
 def engine_context(cfg: Config, model, engine: str) -> int | None:
     """The longest prompt + response the rollout engine takes: vLLM's ``max_model_len`` (as
-    ``trainer.rollout.make_rollout_engine`` sets it), else the model's ``max_position_embeddings`` (None: no limit
-    known)."""
+    ``trainer.rollout.make_rollout_engine`` sets it), else the model's context as eval reads it
+    (``inference.hub.config_context``: max_position_embeddings and its kin, RoPE scaling; None: no limit known)."""
     if engine == "vllm":
         return cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
-    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    config = getattr(model, "config", None)
+    found = config_context(config.to_dict()) if hasattr(config, "to_dict") else None
+    return found[0] if found else None
 
 
 def encode(plan: list[BenchPlan], tokenizer, *, context: int | None) -> None:

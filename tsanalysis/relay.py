@@ -8,7 +8,7 @@ For every problem and each of n samples:
 3. the FINAL checkpoint continues from prompt + prefix (relay response = prefix + continuation, within the same
    ``max_tokens`` budget as a final-only response: the continuation is cut at ``max_tokens − |prefix|``), so no
    row is longer than prompt + ``max_tokens``: that must fit both checkpoints' context (config.json's
-   max_position_embeddings, ``eval.parallel.model_context``), or the run is refused before any model loads;
+   max_position_embeddings, ``inference.hub.model_context``), or the run is refused before any model loads;
 4. independently, the final checkpoint samples n final-only responses from the prompt.
 
 All three sets (early-only, relay, final-only) are graded with the benchmark's grader through eval's batch grader
@@ -246,7 +246,8 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     from inference import load_policy, make_sampler, resolve_engine
     from eval.grading import grade_responses
     from eval.inputs import EvalInputError, check_context, check_model
-    from eval.parallel import checkpoint_dtype, model_context
+    from eval.parallel import checkpoint_dtype
+    from inference.hub import model_context
     from inference.protocol import resolve_top_k
     from scoring.grading import GRADE_TIMEOUT_S
     from scoring.pool import WorkerPool, apply
