@@ -36,8 +36,10 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
+# the main job (countdown, the premise reduced); QUICK=1: the same job at the tests' toy size (a smoke test);
+# other options through ARGS, e.g. make demo ARGS="--task addition"
 demo: install
-	$(BIN)/python -m demo $(if $(QUICK),--quick,)
+	$(BIN)/python -m demo $(if $(QUICK),--toy,) $(ARGS)
 
 bench: install
 	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[bench]"

@@ -53,7 +53,7 @@ import torch
 from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json
 from contracts.jsonl import read_jsonl
-from contracts.passk import bootstrap_ci, k_grid
+from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from demo.pipeline import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
 from demo.premise_budget import (BUDGETS, HELDOUT_SEED, MARKER, METHODS, STAGES, TIMINGS, TRAIN_SEED, WARMUP_SEED,
                                  PremiseBudget, eval_name, method_list)
@@ -248,7 +248,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                          "distinct_multi": float(v["distinct"][multi].mean()) if multi.any() else math.nan,
                          "solved": float((v["c"] > 0).mean()), "problems": len(ids), "n": int(v["n"].min())})
     # the methods table: per (method, seed) pass@k and distinct solutions; crossover against the warm-up
-    mrows = []
+    mrows, per_run = [], {}
     for method in method_list(b):
         for seed in range(b.seeds):
             f = root / eval_name(method, seed) / "countdown.jsonl"
@@ -257,6 +257,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
             v = model(eval_name(method, seed))
             if v["ids"] != ids:
                 continue   # not every problem scored yet
+            per_run[(method, seed)] = v["m"]
             run_dir = out / "runs" / eval_name(method, seed)
             m = read_metrics(run_dir)
             mrows.append({"method": method, "seed": seed,
@@ -265,8 +266,20 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                           "crossover_k": crossover_k(ks, (v["m"] - base["warmup"]["m"]).mean(axis=0)),
                           "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m),
                           "tokens_generated": int(sum(x.get("tokens/generated", 0) for x in m))})
+    # every method against on-policy of the same training seed, paired over the problems, at every k (the only
+    # interval a one-seed table has: it holds the held-out sampling noise, not the spread over training seeds)
+    paired = []
+    for (method, seed), m in per_run.items():
+        on = per_run.get(("onpolicy", seed))
+        if method == "onpolicy" or on is None:
+            continue
+        for j, k in enumerate(ks):
+            p = paired_bootstrap(m[:, j], on[:, j], n_boot=N_BOOT)
+            paired.append({"method": method, "seed": seed, "k": int(k), **p})
     tables = {"passk_curves": curves, "passk_diff": pd.DataFrame(diffs), "distinct": pd.DataFrame(distinct),
-              "methods": pd.DataFrame(mrows)}
+              "methods": pd.DataFrame(mrows),
+              "methods_vs_onpolicy": pd.DataFrame(paired, columns=["method", "seed", "k", "diff", "low", "high",
+                                                                   "p_value"])}
     ent_run = out / "runs" / eval_name("onpolicy", 0)
     tables["entropy_positions"] = pd.DataFrame(entropy_by_position(ent_run, max_pos=b.max_response_tokens),
                                                columns=["step", "position", "entropy", "tokens"])

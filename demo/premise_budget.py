@@ -59,10 +59,16 @@ class PremiseBudget:
 
 
 PREMISE = PremiseBudget(name="premise")
+# `python -m demo`'s main job (issue #27): the premise regime with ONE training seed and five of its six methods
+# (the `state` variant left out), at the same task, warm-up, RL budget, held-out split and n. Its curves, crossover,
+# relay and per-problem intervals are the premise's; what it gives up is the spread over training seeds (module
+# docstring of demo.reduced).
+REDUCED = PremiseBudget(name="reduced", seeds=1, methods="onpolicy,seeds_ratio,seeds_entropy,luffy,m2po")
+# the tests' size of both (seconds): every stage and output of the reduced regime, each method a few steps
 TOY = PremiseBudget(name="toy", warmup_pool=500, warmup_steps=20, train_pool=200, total_steps=3,
                     prompts_per_step=4, samples_per_prompt=4, early_step=1, seed_interval=2, heldout=12,
-                    eval_n=8, relay_n=8, seeds=1, methods="onpolicy,seeds_ratio")
-BUDGETS = {"premise": PREMISE, "toy": TOY}
+                    eval_n=8, relay_n=8, seeds=1, methods="onpolicy,seeds_ratio,seeds_entropy,luffy")
+BUDGETS = {"premise": PREMISE, "reduced": REDUCED, "toy": TOY}
 
 
 def _methods() -> dict[str, RunSpec]:

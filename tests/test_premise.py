@@ -101,18 +101,23 @@ def test_distinct_correct_counts_distinct_correct_expressions_only():
 # ---- the toy regime, end to end ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
+    """The toy regime through `python -m demo --toy` (the main job, issue #27: the premise stages, Figures 2-5 and
+    the summary), in this process at one torch thread, then the premise page written from its tables."""
     import torch
 
+    from demo.__main__ import main as demo_main
+    from demo.premise_page import write_page
+
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
         root = tmp_path_factory.mktemp("premise")
         out, doc = root / "out", root / "docs" / "premise.md"
         logs: list[str] = []
-        res = run_premise(TOY, out, doc=doc, log=logs.append)
+        assert demo_main(["--toy", "--out", str(out), "--threads", "1"]) == 0
+        write_page(out, TOY, doc=doc, log=logs.append)
     finally:
         torch.set_num_threads(before)   # the tests after this module run at the thread count they had
-    return out, doc, res, logs
+    return out, doc, None, logs
 
 
 @pytest.mark.slow
@@ -152,7 +157,8 @@ def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
     f = curves[curves["model"] == "final"].sort_values("k")["pass"].to_numpy()
     assert cross["final"]["crossover_k"] == crossover_k(ks, f - w)
     methods = pd.read_csv(out / "tables" / "methods.csv")
-    assert sorted(zip(methods["method"], methods["seed"])) == [("onpolicy", 0), ("seeds_ratio", 0)]
+    assert sorted(zip(methods["method"], methods["seed"])) == [("luffy", 0), ("onpolicy", 0), ("seeds_entropy", 0),
+                                                               ("seeds_ratio", 0)]
     on = methods[methods["method"] == "onpolicy"].iloc[0]
     assert on[f"pass@{TOY.eval_n}"] == pytest.approx(f[-1])
     relay = pd.read_csv(out / "tables" / "relay_passk.csv")
@@ -171,7 +177,7 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
     logs: list[str] = []
     run_premise(TOY, out, doc=doc, log=logs.append)
     skipped = {m.split(":")[0] for m in logs if "finished run exists, skipped" in m}
-    assert skipped == {"onpolicy-seed0", "seeds_ratio-seed0"}
+    assert skipped == {"onpolicy-seed0", "seeds_ratio-seed0", "seeds_entropy-seed0", "luffy-seed0"}
     assert not any(": done in " in m for m in logs)                              # nothing was trained again
     assert not any("early phase" in m or "final phase" in m for m in logs)     # the relay is cached too
     assert (run_file.stat().st_mtime_ns, eval_file.read_text()) == before
@@ -208,3 +214,127 @@ def test_demo_premise_flag_reaches_the_premise_command():
     proc = subprocess.run([sys.executable, "-m", "demo", "--premise", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0 and "python -m demo.premise" in proc.stdout and "--budget" in proc.stdout
+
+
+# ---- python -m demo's main job (issue #27): the reduced regime's outputs and its summary ------------------------
+@pytest.mark.slow
+def test_main_job_writes_figures_2_to_5_the_paired_table_and_the_summary(toy):
+    from demo.reduced import FIGURES, SUMMARY
+
+    out, _, _, _ = toy
+    for name in (*FIGURES, "premise_passk", "premise_entropy", "premise_relay"):
+        png = (out / "figures" / f"{name}.png").read_bytes()
+        assert png[:8] == PNG_MAGIC and len(png) > 5000, name
+    summary = (out / SUMMARY).read_text()
+    for section in ("## What to see", "**What the reduction costs**", "## pass@k: warm-up, early, final",
+                    "## Relay (Figure 2)", "## Methods (training seed 0)", "## Cost", "figures/fig2_relay.png"):
+        assert section in summary, section
+    assert "Figures 2-5 (+ Lemma 4, mismatch)" in json.loads((out / "stages.json").read_text())
+    h = json.loads((out / "summary.json").read_text())["headline"]
+    assert h["K"] == TOY.eval_n and [m["method"] for m in h["methods"]] == ["onpolicy", "seeds_ratio",
+                                                                            "seeds_entropy", "luffy"]
+
+
+@pytest.mark.slow
+def test_methods_vs_onpolicy_is_the_paired_bootstrap_over_the_eval_files(toy):
+    from contracts.passk import paired_bootstrap
+    from eval.samples import read_samples
+    from demo.premise_stats import per_problem
+
+    out, _, _, _ = toy
+    ks = k_grid(TOY.eval_n)
+    vs = pd.read_csv(out / "tables" / "methods_vs_onpolicy.csv")
+    assert sorted(set(vs["method"])) == ["luffy", "seeds_entropy", "seeds_ratio"] and len(vs) == 3 * len(ks)
+    on = per_problem(read_samples(out / "eval" / "onpolicy-seed0" / "countdown.jsonl"), ks)[3]
+    for method in ("seeds_ratio", "luffy"):
+        m = per_problem(read_samples(out / "eval" / f"{method}-seed0" / "countdown.jsonl"), ks)[3]
+        for j, k in enumerate(ks):
+            row = vs[(vs["method"] == method) & (vs["k"] == k)].iloc[0]
+            want = paired_bootstrap(m[:, j], on[:, j])
+            assert (row["diff"], row["low"], row["high"]) == pytest.approx((want["diff"], want["low"], want["high"]))
+
+
+def _tables(out: Path, *, pass64_high: float) -> None:
+    """Hand-made tables in the premise layout: docs/premise.md's measured numbers for the curves and the relay."""
+    t = out / "tables"
+    t.mkdir(parents=True)
+    curve = {"warmup": (0.185, 0.930), "early": (0.221, 0.895), "final": (0.284, 0.755)}
+    pd.DataFrame([{"model": m, "k": k, "pass": v[i], "low": v[i] - 0.02, "high": v[i] + 0.02}
+                  for m, v in curve.items() for i, k in enumerate((1, 64))]).to_csv(t / "passk_curves.csv", index=False)
+    pd.DataFrame([{"model": "final", "k": 1, "diff": 0.099, "low": 0.062, "high": 0.135, "p_value": 0.0},
+                  {"model": "final", "k": 64, "diff": -0.175, "low": -0.235, "high": pass64_high, "p_value": 0.0},
+                  {"model": "early", "k": 1, "diff": 0.036, "low": 0.01, "high": 0.06, "p_value": 0.0},
+                  {"model": "early", "k": 64, "diff": -0.035, "low": -0.07, "high": 0.0, "p_value": 0.05}]
+                 ).to_csv(t / "passk_diff.csv", index=False)
+    (t / "crossover.json").write_text(json.dumps({"final": {"crossover_k": 3.9, "low": 2.6, "high": 5.7},
+                                                  "early": {"crossover_k": 6.4, "low": 2.9, "high": 37.4}}))
+    pd.DataFrame([{"k": 1, "early": 0.214, "relay": 0.211, "final": 0.282, "diff": -0.070, "diff_low": -0.100,
+                   "diff_high": -0.039},
+                  {"k": 64, "early": 0.905, "relay": 0.905, "final": 0.760, "diff": 0.145, "diff_low": 0.085,
+                   "diff_high": 0.205}]).to_csv(t / "relay_passk.csv", index=False)
+    pd.DataFrame([{"method": m, "seed": 0, "pass@1": p1, "pass@64": p64, "distinct_correct": dc, "crossover_k": ck}
+                  for m, p1, p64, dc, ck in (("onpolicy", 0.284, 0.755, 1.26, 3.9), ("seeds_ratio", 0.275, 0.84, 1.5,
+                                                                                    7.1))]).to_csv(t / "methods.csv",
+                                                                                                  index=False)
+    pd.DataFrame([{"method": "seeds_ratio", "seed": 0, "k": 1, "diff": -0.009, "low": -0.04, "high": 0.02,
+                   "p_value": 0.6},
+                  {"method": "seeds_ratio", "seed": 0, "k": 64, "diff": 0.085, "low": 0.04, "high": 0.13,
+                   "p_value": 0.001}]).to_csv(t / "methods_vs_onpolicy.csv", index=False)
+    pd.DataFrame([{"model": "warmup", "distinct_correct": 1.96}]).to_csv(t / "distinct.csv", index=False)
+    (out / "warmup").mkdir()
+    (out / "warmup" / "warmup_summary.json").write_text(json.dumps({"steps": 400, "loss_last": 0.125}))
+
+
+def test_the_summary_leads_with_the_tables_numbers_and_says_when_an_effect_is_within_noise(tmp_path):
+    from demo.premise_budget import REDUCED
+    from demo.reduced import render_summary
+
+    _tables(tmp_path, pass64_high=-0.12)
+    s = render_summary(tmp_path, REDUCED, {"skipped": {}}, command="python -m demo")
+    lead = s[s.index("## What to see"):s.index("**What the reduction costs**")]
+    assert "**On-policy RL narrowed the policy.**" in lead
+    assert "pass@1 went 18.5 → 28.4 % (+9.9 [+6.2, +13.5] points) and pass@64 93.0 → 75.5 % (-17.5 [-23.5, -12.0])" \
+        in lead
+    assert "cross at k = 3.9 [2.6, 5.7]" in lead
+    assert "90.5 % against the final checkpoint's 76.0 %, +14.5 [+8.5, +20.5] points — the relay recovers" in lead
+    assert "pass@1 -0.9 (within noise), pass@64 +8.5 (higher)" in lead
+    assert "| Thinking Seeds, ratio 0.5 (state+action) | 27.5 | -0.9 [-4.0, +2.0] within noise | 84.0 | " \
+           "+8.5 [+4.0, +13.0] higher |" in s
+    assert "1 training seed(s) per method instead of 3" in s and "t = 4.30" in s
+
+    other = tmp_path / "noise"
+    _tables(other, pass64_high=0.01)          # the fall at pass@64 now has an interval reaching above 0
+    lead = render_summary(other, REDUCED, {"skipped": {}}, command="python -m demo")
+    assert "but the fall at pass@64 is within noise at this size" in lead and "narrowed the policy" not in lead
+
+
+def test_verdict_reads_an_interval_plainly():
+    from demo.reduced import verdict
+
+    assert [verdict(0.01, 0.2), verdict(-0.2, -0.01), verdict(-0.1, 0.1), verdict(0.0, 0.0)] == \
+        ["higher", "lower", "within noise", "within noise"]
+
+
+def test_demo_flags_and_an_addition_folder_get_one_line_exit_2(tmp_path, capsys):
+    import torch
+
+    from demo.__main__ import main as demo_main
+
+    for argv, msg in ((["--task", "countdown", "--quick"], "--quick is the addition miniature"),
+                      (["--task", "addition", "--toy"], "--toy is the countdown main job"),
+                      (["--seeds", "0"], "--seeds must be >= 1")):
+        with pytest.raises(SystemExit) as e:
+            demo_main(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+    old = tmp_path / "demo"
+    old.mkdir()
+    (old / "demo.json").write_text("{}")
+    (old / "summary.md").write_text("an addition demo\n")
+    before = torch.get_num_threads()
+    try:
+        assert demo_main(["--out", str(old), "--threads", "1"]) == 2
+    finally:
+        torch.set_num_threads(before)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds an addition demo" in err[0] and "--task addition --out" in err[0]
+    assert (old / "summary.md").read_text() == "an addition demo\n"      # nothing touched
