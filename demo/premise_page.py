@@ -132,7 +132,9 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
         f"Regenerate: `{command}` (resumable: finished runs, graded problems and relay problems are skipped; "
         "`python -m demo.premise --write-only` rewrites this page from the cached tables; the figures and "
         "`notebooks/premise.ipynb` read the same tables under `<out>/tables/`). The grid that chose this regime: "
-        "`python -m demo.premise_search` (section *Grid searched*).",
+        "`python -m demo.premise_search` (section *Grid searched*). `python -m demo`, the main job (`demo.reduced`), "
+        "runs this regime with one training seed per method and five of the six methods (no `state` row), and its "
+        "`summary.md` reads the same tables.",
         "",
         "## Regime",
         "",
