@@ -30,7 +30,8 @@ def test_import_in_fresh_interpreter_loads_no_forbidden_module():
 
 def test_sources_use_no_distributed_or_file_io():
     files = sorted(ALGOS_DIR.glob("*.py"))
-    assert {f.name for f in files} >= {"advantages.py", "losses.py", "entropy.py", "seeds.py", "m2po.py", "luffy.py"}
+    assert {f.name for f in files} >= {"advantages.py", "losses.py", "entropy.py", "seeds.py", "m2po.py", "luffy.py",
+                                       "cov.py", "high_entropy.py"}
     for f in files:
         text = f.read_text()
         for needle in ("torch.distributed", "open("):
@@ -39,7 +40,7 @@ def test_sources_use_no_distributed_or_file_io():
 
 def test_losses_table_covers_every_configured_algorithm():
     from trainer.config import ALGORITHMS
-    assert set(trainer.algos.LOSSES) == set(ALGORITHMS) == {"dapo", "seeds", "luffy", "m2po"}
+    assert set(trainer.algos.LOSSES) == set(ALGORITHMS) == {"dapo", "seeds", "luffy", "m2po", "clip_cov", "kl_cov"}
     assert all(callable(fn) for fn in trainer.algos.LOSSES.values())
 
 

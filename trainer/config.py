@@ -25,13 +25,14 @@ from scoring.benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from scoring.benchmarks.protocol import generation_settings
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
 from scoring.templates import TEMPLATES
-from trainer.algos import AdvScale, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule, StaleLoss
+from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule,
+                           StaleLoss, TokenMask)
 from trainer.tracking import TrackerName
 
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "validation_warnings",
            "val_settings", "val_metric_names",
-           "loss_kwargs", "to_dict",
-           "ALGORITHMS", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
+           "loss_kwargs", "adv_kwargs", "to_dict",
+           "ALGORITHMS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
 
 Precision = Literal["float32", "bfloat16"]             # weights and AdamW state (master_dtype)
 Dtype = Literal["auto", Precision]                     # compute and export dtypes; auto: bf16 on CUDA, fp32 on CPU
@@ -46,6 +47,9 @@ ValTemplate = Literal[tuple(TEMPLATES)]               # validation prompts (scor
 
 # the choice lists tests and messages name, derived from the types above (never written twice)
 ALGORITHMS = typing.get_args(Algorithm)
+ADVANTAGE_NAMES = typing.get_args(Advantage)
+TOKEN_MASK_NAMES = typing.get_args(TokenMask)
+BINARY_ADVANTAGES = ("passk", "w_reinforce")   # defined for rewards in {0, 1} only
 SEED_RULES = typing.get_args(SeedRule)
 SEED_LOSSES = typing.get_args(SeedLoss)
 LOSS_AGGS = typing.get_args(LossAgg)
@@ -119,7 +123,16 @@ class Config:
     clip_high: float = 0.28               # epsilon_high (clip-higher)
     clip_c: float | None = None           # dual-clip bound for negative advantages; null = off
     loss_agg: LossAgg = "token-mean"      # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
-    adv_scale: AdvScale = "std"           # std: (R - mean)/(std + eps); none: R - mean
+    adv_scale: AdvScale = "std"           # std: (R - mean)/(std + eps); none: R - mean (advantage=grpo, grpo_passk)
+    advantage: Advantage = "grpo"         # trainer.algos.ADVANTAGES[advantage] (trainer/algos/advantages.py,
+                                          # docs/recipes.md "Exploration baselines"): grpo (group-normalised, DAPO) |
+                                          # passk = Pass@k Training's analytical advantage (Chen et al. 2025,
+                                          # arXiv:2508.10751; k = passk_k) | grpo_passk = verl's: the group's best
+                                          # response gets (R_max - R_2nd)/(std + eps), the rest 0 | w_reinforce = +lambda
+                                          # on correct, -1 on wrong responses, no baseline (Zhu et al. 2025,
+                                          # arXiv:2506.01347). passk and w_reinforce need binary rewards
+    passk_k: int = 4                      # k of advantage=passk (1 <= k <= samples_per_prompt; k = 1 is GRPO's)
+    w_reinforce_lambda: float = 0.1       # lambda of advantage=w_reinforce: the weight of correct responses (paper: 0.1)
     dynamic_sampling: bool = True         # drop groups whose verdicts are all equal and sample more prompts
     ungraded: Ungraded = "drop_group"     # a row the grader could not grade (grader_error/timeout): drop its group | reward 0
     max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
@@ -174,6 +187,23 @@ class Config:
     # M2PO (algorithm=m2po)
     m2po_tau: float = 0.04                # second-moment threshold (also seed_stale_loss=m2po)
     m2po_staleness: int = 4               # train on rollouts written this many steps ago
+    # Clip-Cov / KL-Cov (algorithm=clip_cov | kl_cov; Cui et al. 2025, arXiv:2505.22617; trainer/algos/cov.py): the
+    # tokens of largest Cov = (A - mean A)(log pi - mean log pi) over the mini-batch are restrained; both cost one
+    # no-grad forward per mini-batch (the selection must be known before the first backward)
+    clip_cov_ratio: float = 0.0002        # Clip-Cov: share r of the loss tokens whose loss is set to 0 (drawn at random
+                                          # among those with clip_cov_lb < Cov < clip_cov_ub); verl's clip_cov_ratio
+    clip_cov_lb: float = 1.0              # Clip-Cov: omega_low
+    clip_cov_ub: float = 5.0              # Clip-Cov: omega_high
+    kl_cov_ratio: float = 0.002           # KL-Cov: share k of the loss tokens (largest Cov) that get kl_cov_coef*|log r|
+                                          # (the paper's 7B recipe; verl's generic config default is 0.0002)
+    kl_cov_coef: float = 1.0              # KL-Cov: beta (verl's ppo_kl_coef: 1 in the paper's recipe, 0.1 in its config)
+    # --- token mask ------------------------------------------------------------------------------------
+    token_mask: TokenMask = "none"        # none | high_entropy: the policy loss keeps only the high_entropy_ratio
+                                          # highest-entropy tokens of each mini-batch (Wang et al. 2025,
+                                          # arXiv:2506.01939; trainer/algos/high_entropy.py). Masked tokens leave the
+                                          # token-mean denominator; composes with every algorithm; one no-grad forward
+                                          # per mini-batch (entropies before the first backward)
+    high_entropy_ratio: float = 0.2       # share of the loss tokens kept by token_mask=high_entropy (paper: 0.2)
     # --- rollout correction ----------------------------------------------------------------------------
     rollout_correction: RolloutCorrection = "none"  # the sampler-vs-trainer mismatch w = pi_old / pi_sampler on the
                                           # tokens the engine sampled (trainer/algos/rollout_correction.py,
@@ -267,7 +297,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.master_dtype != "bfloat16" or cfg.dtype == "bfloat16",
            f"master_dtype=bfloat16 (pure bf16 weights and optimizer state) needs dtype=bfloat16, got "
            f"dtype={cfg.dtype}: set dtype=bfloat16, or keep master_dtype=float32")
-    _check(0.0 <= cfg.clip_low < 1.0 and cfg.clip_high >= 0.0, "clip_low must lie in [0, 1) and clip_high >= 0")
+    _check(0.0 <= cfg.clip_low <= 1.0 and cfg.clip_high >= 0.0,
+           "clip_low must lie in [0, 1] (1: no lower clip) and clip_high >= 0")
     _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
@@ -323,6 +354,30 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     if cfg.algorithm == "m2po":
         _check(cfg.m2po_tau > 0, "m2po_tau must be > 0")
         _check(cfg.m2po_staleness >= 0, "m2po_staleness must be >= 0")
+    if cfg.algorithm == "clip_cov":
+        _check(0 < cfg.clip_cov_ratio <= 1, f"clip_cov_ratio must lie in (0, 1] (the paper: 0.0002), got "
+                                            f"{cfg.clip_cov_ratio:g}")
+        _check(cfg.clip_cov_lb < cfg.clip_cov_ub, f"clip_cov_lb={cfg.clip_cov_lb:g} must be below clip_cov_ub="
+                                                  f"{cfg.clip_cov_ub:g} (the paper: 1 and 5)")
+    if cfg.algorithm == "kl_cov":
+        _check(0 < cfg.kl_cov_ratio <= 1,
+               f"kl_cov_ratio must lie in (0, 1] (the paper: 0.002), got {cfg.kl_cov_ratio:g}")
+        _check(cfg.kl_cov_coef >= 0, f"kl_cov_coef must be >= 0 (the paper: 1), got {cfg.kl_cov_coef:g}")
+    if cfg.advantage == "passk":
+        _check(1 <= cfg.passk_k <= cfg.samples_per_prompt,
+               f"passk_k must lie in [1, samples_per_prompt={cfg.samples_per_prompt}] (a pass@k reward needs k "
+               f"responses of the group), got {cfg.passk_k}")
+    if cfg.advantage == "w_reinforce":
+        _check(cfg.w_reinforce_lambda >= 0, f"w_reinforce_lambda must be >= 0 (the paper: 0.1; 0 = negative samples "
+                                            f"only), got {cfg.w_reinforce_lambda:g}")
+    if cfg.advantage in BINARY_ADVANTAGES:
+        _check(cfg.overlong_buffer_tokens == 0 and cfg.code_reward == "lcb",
+               f"advantage={cfg.advantage} is defined for binary rewards in {{0, 1}}, but overlong_buffer_tokens="
+               f"{cfg.overlong_buffer_tokens} / code_reward={cfg.code_reward} shape them: set overlong_buffer_tokens=0 "
+               f"and code_reward=lcb, or use advantage=grpo")
+    _check(cfg.token_mask == "none" or 0 < cfg.high_entropy_ratio <= 1,
+           f"high_entropy_ratio must lie in (0, 1] (the share of loss tokens kept; the paper: 0.2), got "
+           f"{cfg.high_entropy_ratio:g}")
     _check(cfg.rollout_correction == "none" or cfg.rollout_correction_cap > 1.0,
            f"rollout_correction_cap must be > 1 (tis keeps min(w, C); mis_* keeps 1/C <= w <= C), got "
            f"{cfg.rollout_correction_cap:g} with rollout_correction={cfg.rollout_correction}; 2 is verl's default")
@@ -384,6 +439,9 @@ def learning_warnings(cfg: Config) -> list[str]:
     if cfg.ignore_eos:
         out.append("ignore_eos=true samples every response to max_response_tokens past its answer (a throughput "
                    "setting): rewards grade text the model never meant to write")
+    if cfg.advantage == "w_reinforce" and cfg.dynamic_sampling:
+        out.append("advantage=w_reinforce has no baseline, so all-correct and all-wrong groups carry signal, but "
+                   "dynamic_sampling=true drops them (the W-REINFORCE runs sample without it: dynamic_sampling=false)")
     return out
 
 
@@ -426,4 +484,16 @@ def loss_kwargs(cfg: Config) -> dict:
         "seeds": {**clip, "stale_loss": cfg.seed_stale_loss, "tau": cfg.m2po_tau},
         "luffy": {"gamma": cfg.luffy_gamma},
         "m2po": {"tau": cfg.m2po_tau},
+        "clip_cov": {**clip, "ratio": cfg.clip_cov_ratio, "lb": cfg.clip_cov_lb, "ub": cfg.clip_cov_ub},
+        "kl_cov": {"ratio": cfg.kl_cov_ratio, "kl_coef": cfg.kl_cov_coef},
     }[cfg.algorithm]
+
+
+def adv_kwargs(cfg: Config) -> dict:
+    """The keyword hyperparameters of ``trainer.algos.ADVANTAGES[cfg.advantage]``, read from the config in one place."""
+    return {
+        "grpo": {"scale": cfg.adv_scale},
+        "passk": {"k": cfg.passk_k},
+        "grpo_passk": {"scale": cfg.adv_scale},
+        "w_reinforce": {"positive_weight": cfg.w_reinforce_lambda},
+    }[cfg.advantage]

@@ -20,6 +20,13 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
   mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens. Dynamic sampling does not
   refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
   fresh on-policy prompts unless ``refill=none``.
+* ``algorithm=clip_cov`` / ``kl_cov`` (Cui et al. 2025, arXiv:2505.22617; ``trainer/algos/cov.py``): the tokens of
+  largest covariance between log-prob and advantage get no gradient (Clip-Cov) or a |log r| penalty (KL-Cov, no
+  clip); the selection spans the mini-batch, from one no-grad forward at its start.
+* ``advantage`` (``trainer/algos/advantages.py``): ``grpo`` is DAPO's; ``passk`` (Chen et al. 2025, arXiv:2508.10751),
+  ``grpo_passk`` (verl's) and ``w_reinforce`` (Zhu et al. 2025, arXiv:2506.01347) replace the group advantage.
+* ``token_mask=high_entropy`` (Wang et al. 2025, arXiv:2506.01939; ``trainer/algos/high_entropy.py``): the policy loss
+  keeps the top ``high_entropy_ratio`` highest-entropy tokens of each mini-batch; the others leave the denominator.
 
 Validation is no departure (it does not change what is trained): ``val_every`` > 0 scores the step's policy on
 ``val_benchmarks`` with the run's engine and eval's graders after its update (``trainer/validate.py``), the step

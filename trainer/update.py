@@ -18,6 +18,13 @@ drop tokens or whole responses from the loss mask, and so from the step's token-
 known before the first backward, so under ``mis_*`` pi_old is the no-grad forward taken before the update (as with
 mini-batching). ``rollout_corr/*`` (mean weight, share clipped or masked, k3 KL, log-perplexity ratio) is logged
 every step, under ``none`` too.
+
+The 2025 exploration baselines plug in at the same seams: the advantage is ``ADVANTAGES[cfg.advantage]``
+(``assign_advantages``; pass@k, verl's grpo_passk, W-REINFORCE); ``clip_cov``/``kl_cov`` are ``LOSSES`` entries whose
+token selection (``cov_masks``) and ``token_mask=high_entropy``'s kept tokens (``entropy_keep_masks``) are computed
+over the whole mini-batch from one no-grad forward of the current policy at its start (the pi_old forward for the
+first mini-batch), before its first backward, so the denominator and every micro-batch see the same masks. They log
+``clip_cov/*``, ``kl_cov/*`` and ``entropy_mask/*``.
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ from typing import NamedTuple
 import torch
 
 from inference.batching import micro_batches
-from trainer.algos import (LOSSES, MASKING_CORRECTIONS, MISMATCH_SUMS, TokenBatch, group_advantages, kl_penalty,
+from trainer.algos import (ADVANTAGES, COV_ALGORITHMS, LOSSES, MASKING_CORRECTIONS, MISMATCH_SUMS, TokenBatch,
+                           clip_cov_mask, clipped_policy_loss, high_entropy_mask, kl_cov_mask, kl_penalty,
                            loss_denominator, loss_mask, m2po_mask, reduce_loss, rollout_keep, rollout_mismatch_metrics,
                            rollout_mismatch_sums, rollout_weights)
-from trainer.config import Config, loss_kwargs
+from trainer.config import Config, adv_kwargs, loss_kwargs
 from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm, reshard
 from trainer.policy import _DTYPES, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, row_key, split_groups
@@ -66,7 +74,7 @@ class UpdateResult(NamedTuple):
 def assign_advantages(rows: list[Rollout], cfg: Config) -> None:
     rewards = torch.tensor([r.reward for r in rows], dtype=torch.float32)
     groups = torch.tensor([r.group for r in rows], dtype=torch.long)
-    adv = group_advantages(rewards, groups, scale=cfg.adv_scale)
+    adv = ADVANTAGES[cfg.advantage](rewards, groups, **adv_kwargs(cfg))
     for r, a in zip(rows, adv.tolist()):
         r.advantage = a
 
@@ -80,7 +88,7 @@ def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=m
     return out
 
 
-def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None) -> TokenBatch:
+def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None, cov_selected=None) -> TokenBatch:
     """The tensors of a micro-batch's rows that the policy losses read (``trainer.algos.TokenBatch``)."""
     dev, R = logp.device, logp.shape[1]
     return TokenBatch(
@@ -90,6 +98,7 @@ def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None) -> To
         behavior_logp=_stack(rows, [r.behavior_logp for r in rows], R).to(dev),
         off_policy=torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=dev),
         keep=keep,
+        cov_selected=cov_selected,
     )
 
 
@@ -98,14 +107,22 @@ def _response_mask(rows: list[Rollout]) -> torch.Tensor:  # [n, longest response
     return torch.arange(max(1, int(lengths.max()))).unsqueeze(0) < lengths.unsqueeze(1)
 
 
-def rows_loss_mask(cfg: Config, rows: list[Rollout], rollout_kept: dict | None = None) -> torch.Tensor:
+def _mask_of(rows: list[Rollout], masks: dict | None, R: int, device=None, fill: bool = True) -> torch.Tensor | None:
+    """Per-row boolean lists (by ``row_key``) stacked to [n, R] (``fill`` past a row's end), or None."""
+    if masks is None:
+        return None
+    return _stack(rows, [masks[row_key(r)] for r in rows], R, float(fill)).bool().to(device or "cpu")
+
+
+def rows_loss_mask(cfg: Config, rows: list[Rollout], rollout_kept: dict | None = None,
+                   entropy_kept: dict | None = None) -> torch.Tensor:
     """The loss mask [n, longest response] of rows (for the step's denominator): from their lengths, less the tokens
-    masked IS drops (``rollout_kept``, by ``row_key``: ``rollout_keep_masks``; None: none dropped)."""
+    masked IS drops (``rollout_kept``, by ``row_key``: ``rollout_keep_masks``; None: none dropped) and those outside
+    the high-entropy minority (``entropy_kept``: ``entropy_keep_masks``; None: none dropped)."""
     resp = _response_mask(rows)
-    keep = None if rollout_kept is None else _stack(rows, [rollout_kept[row_key(r)] for r in rows], resp.shape[1],
-                                                    1.0).bool()
+    R = resp.shape[1]
     return loss_mask(resp, torch.tensor([r.seed_len for r in rows], dtype=torch.long), seed_loss=cfg.seed_loss,
-                     rollout_keep=keep)
+                     rollout_keep=_mask_of(rows, rollout_kept, R), entropy_keep=_mask_of(rows, entropy_kept, R))
 
 
 def rollout_keep_masks(cfg: Config, rows: list[Rollout], old: dict | None) -> dict | None:
@@ -123,21 +140,110 @@ def rollout_keep_masks(cfg: Config, rows: list[Rollout], old: dict | None) -> di
     return {row_key(r): keep[i, : len(r.response_ids)].tolist() for i, r in enumerate(rows)}
 
 
+def needs_scores(cfg: Config) -> bool:
+    """Whether each mini-batch needs the current policy's log-probs and entropies before its first backward: the
+    token selections of Clip-Cov / KL-Cov and of the high-entropy mask span the whole mini-batch."""
+    return cfg.algorithm in COV_ALGORITHMS or cfg.token_mask != "none"
+
+
+def entropy_keep_masks(cfg: Config, rows: list[Rollout], ent: dict | None, old: dict | None) -> dict | None:
+    """``token_mask=high_entropy``: the ``high_entropy_ratio`` highest-entropy tokens among the mini-batch's loss tokens
+    (after the seed and masked-IS rules), from the entropies ``ent`` (by ``row_key``) of the current policy at the
+    mini-batch's start; None under ``token_mask=none``."""
+    if cfg.token_mask == "none":
+        return None
+    assert ent is not None, "token_mask=high_entropy needs the entropies before the update (ent=)"
+    base = rows_loss_mask(cfg, rows, rollout_keep_masks(cfg, rows, old))
+    H = _stack(rows, [ent[row_key(r)] for r in rows], base.shape[1], 0.0)
+    keep = high_entropy_mask(H, base, ratio=cfg.high_entropy_ratio)
+    return {row_key(r): keep[i, : len(r.response_ids)].tolist() for i, r in enumerate(rows)}
+
+
+def cov_masks(cfg: Config, rows: list[Rollout], cur: dict | None, old: dict | None, entropy_kept: dict | None, *,
+              draw: int = 0) -> dict | None:
+    """Clip-Cov's / KL-Cov's selected tokens of the mini-batch (``trainer.algos.clip_cov_mask`` / ``kl_cov_mask``) over
+    its loss tokens, from the current policy's log-probs ``cur`` at the mini-batch's start and the advantages; None
+    for the other algorithms. Clip-Cov never draws a token whose PPO clip is active against ``old`` (the loss's
+    pi_old; None: the current policy, r = 1) and draws on a generator seeded with ``draw``, the same on every rank."""
+    if cfg.algorithm not in COV_ALGORITHMS:
+        return None
+    assert cur is not None, f"algorithm={cfg.algorithm} needs the log-probs before the update (cur=)"
+    mask = rows_loss_mask(cfg, rows, rollout_keep_masks(cfg, rows, old), entropy_kept)
+    R = mask.shape[1]
+    logp = _stack(rows, [cur[row_key(r)] for r in rows], R, 0.0)
+    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
+    if cfg.algorithm == "kl_cov":
+        sel = kl_cov_mask(logp, adv, mask, ratio=cfg.kl_cov_ratio)
+    else:
+        old_t = logp if old is None else _stack(rows, [old[row_key(r)] for r in rows], R, 0.0)
+        _, st = clipped_policy_loss(logp, old_t, adv, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+        sel = clip_cov_mask(logp, adv, mask, ratio=cfg.clip_cov_ratio, lb=cfg.clip_cov_lb, ub=cfg.clip_cov_ub,
+                            clipped=st["clipped_low"] | st["clipped_high"],
+                            generator=torch.Generator().manual_seed(draw))
+    return {row_key(r): sel[i, : len(r.response_ids)].tolist() for i, r in enumerate(rows)}
+
+
+def selection_counts(cfg: Config, rows: list[Rollout], old: dict | None, entropy_kept: dict | None,
+                     cov: dict | None, ent: dict | None) -> dict[str, float]:
+    """The additive counts behind ``entropy_mask/*``, ``clip_cov/*`` and ``kl_cov/*`` for one mini-batch (every rank
+    holds the same masks, so no collective): loss tokens before and after the high-entropy mask, the smallest kept
+    entropy, and the tokens Clip-Cov / KL-Cov restrain among the loss tokens."""
+    out: dict[str, float] = {}
+    if entropy_kept is not None:
+        base = rows_loss_mask(cfg, rows, rollout_keep_masks(cfg, rows, old))
+        kept = rows_loss_mask(cfg, rows, rollout_keep_masks(cfg, rows, old), entropy_kept)
+        H = _stack(rows, [ent[row_key(r)] for r in rows], base.shape[1], 0.0)
+        out.update({"entropy_base": float(base.sum()), "entropy_kept": float(kept.sum()),
+                    "entropy_threshold": float(H[kept].min()) if kept.any() else math.nan})
+    if cov is not None:
+        mask = rows_loss_mask(cfg, rows, rollout_keep_masks(cfg, rows, old), entropy_kept)
+        sel = _mask_of(rows, cov, mask.shape[1], fill=False) & mask
+        out.update({"cov_tokens": float(mask.sum()), "cov_selected": float(sel.sum())})
+    return out
+
+
+def selection_metrics(cfg: Config, counts: list[dict[str, float]]) -> dict:
+    """The step's ``entropy_mask/kept_share`` and ``/threshold`` (mean over mini-batches of the smallest kept entropy),
+    ``clip_cov/selected_share`` (tokens whose loss Clip-Cov sets to 0) or ``kl_cov/selected_share`` (tokens KL-Cov
+    penalises), each a share of the loss tokens, with the token counts."""
+    out = {}
+    if cfg.token_mask != "none" and counts:
+        base = sum(c["entropy_base"] for c in counts)
+        thr = [c["entropy_threshold"] for c in counts if not math.isnan(c["entropy_threshold"])]
+        out["entropy_mask/kept_share"] = sum(c["entropy_kept"] for c in counts) / max(base, 1.0)
+        out["entropy_mask/kept_tokens"] = int(sum(c["entropy_kept"] for c in counts))
+        if thr:
+            out["entropy_mask/threshold"] = sum(thr) / len(thr)
+    if cfg.algorithm in COV_ALGORITHMS and counts:
+        n = sum(c["cov_tokens"] for c in counts)
+        sel = sum(c["cov_selected"] for c in counts)
+        out[f"{cfg.algorithm}/selected_share"] = sel / max(n, 1.0)
+        out[f"{cfg.algorithm}/selected_tokens"] = int(sel)
+    return out
+
+
 def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
-                       old: dict | None = None, keep: dict | None = None, ref: dict | None = None) -> MiniBatchResult:
+                       old: dict | None = None, keep: dict | None = None, ref: dict | None = None,
+                       entropy_kept: dict | None = None, cov: dict | None = None) -> MiniBatchResult:
     """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
 
     The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
     (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
     ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (keyed by
-    ``row_key``); ``ref``: per-row log-probs of the KL penalty's reference policy (needed when ``cfg.kl_coef > 0``).
+    ``row_key``); ``ref``: per-row log-probs of the KL penalty's reference policy (needed when ``cfg.kl_coef > 0``);
+    ``entropy_kept``: the high-entropy mask's kept tokens (``entropy_keep_masks``; needed under
+    ``token_mask=high_entropy``); ``cov``: Clip-Cov's / KL-Cov's selected tokens (``cov_masks``; needed then).
     A rank with fewer micro-batches than the others runs dummy ones (loss times 0) so every rank calls the same
     collectives.
     """
     agg = cfg.loss_agg
     assert not cfg.kl_coef or ref is not None, "kl_coef > 0 needs the reference log-probs (ref=)"
+    assert cfg.token_mask == "none" or entropy_kept is not None, \
+        "token_mask=high_entropy needs the kept tokens of the mini-batch (entropy_kept=entropy_keep_masks(...))"
+    assert cfg.algorithm not in COV_ALGORITHMS or cov is not None, \
+        f"algorithm={cfg.algorithm} needs the selected tokens of the mini-batch (cov=cov_masks(...))"
     kept = rollout_keep_masks(cfg, rows, old)   # mis_*: the tokens masked IS keeps, before the first backward
-    denom = loss_denominator(rows_loss_mask(cfg, rows, kept), mode=agg, max_len=cfg.max_response_tokens)
+    denom = loss_denominator(rows_loss_mask(cfg, rows, kept, entropy_kept), mode=agg, max_len=cfg.max_response_tokens)
     policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
     forward = "flat" if use_flat(model, cfg.train_forward) else "model"
     split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
@@ -154,9 +260,10 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         R = logp.shape[1]
         old_logp = logp.detach() if old is None else _stack(mb, [old[row_key(r)] for r in mb], R, 0.0).to(logp.device)
         keep_t = None if keep is None else _stack(mb, [keep[row_key(r)] for r in mb], R, 0.0).to(logp.device).bool()
-        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t)
-        kept_t = None if kept is None else _stack(mb, [kept[row_key(r)] for r in mb], R, 1.0).to(logp.device).bool()
-        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss, rollout_keep=kept_t)
+        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t, _mask_of(mb, cov, R, logp.device, fill=False))
+        mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss,
+                         rollout_keep=_mask_of(mb, kept, R, logp.device),
+                         entropy_keep=_mask_of(mb, entropy_kept, R, logp.device))
         loss_mat, stats = policy_loss(batch, **hyper)
         # tis: min(pi_old / pi_sampler, C) on the sampled tokens, 1 elsewhere (and under every other mode)
         weight = rollout_weights(old_logp, _stack(mb, [r.sampler_logp for r in mb], R).to(logp.device), resp_mask,
@@ -229,12 +336,11 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
     need_old = (cfg.mini_batches_per_step > 1 or uses_m2po_mask(cfg)
                 or cfg.rollout_correction in MASKING_CORRECTIONS)   # mis_*: its mask is the denominator's
-    old = None
-    if need_old:  # pi_old before any update of this step
-        logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
-                        micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
-                        micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
-        old = {row_key(r): lp.tolist() for r, lp in zip(rows, logp)}
+    old = scores = None
+    if need_old or needs_scores(cfg):  # pi_old before any update of this step
+        scores = _scores(model, cfg, rows, d, pad_id)
+    if need_old:   # the loss's pi_old; without it (one on-policy update) pi_old = pi_theta.detach(), r = 1 exactly
+        old = scores[0]
         if cfg.algorithm == "m2po":
             for r in rows:   # a fresh refill group (refill=fresh): its behavior policy is the current one, r = 1
                 if r.behavior_logp is None:
@@ -247,11 +353,18 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
                           micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
         ref = {row_key(r): lp.tolist() for r, lp in zip(rows, ref_lp)}
         reshard(ref_model)   # its gathered root unit is not needed until the next step
-    losses, norms, records = [], [], {}
-    for mini in minis:
+    losses, norms, records, counts = [], [], {}, []
+    for i, mini in enumerate(minis):
         optimizer.zero_grad(set_to_none=True)
         keep = m2po_keep_masks(cfg, mini, old) if old is not None else None
-        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep, ref=ref)
+        ent_kept = cov = None
+        if needs_scores(cfg):   # the current policy at this mini-batch's start: pi_old's forward for the first one
+            cur, ent = scores if i == 0 else _scores(model, cfg, mini, d, pad_id)
+            ent_kept = entropy_keep_masks(cfg, mini, ent, old)
+            cov = cov_masks(cfg, mini, cur, old, ent_kept, draw=cfg.seed * 1_000_003 + scheduler.last_epoch * 1_009 + i)
+            counts.append(selection_counts(cfg, mini, old, ent_kept, cov, ent))
+        loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep, ref=ref,
+                                       entropy_kept=ent_kept, cov=cov)
         norms.append(float(clip_grad_norm(model, cfg.max_grad_norm)))
         optimizer.step()
         losses.append(loss)
@@ -264,7 +377,17 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
                                           sum(len(r.kl) for r in records.values())], d)
         metrics["actor/kl"] = total / max(count, 1)
     metrics.update(rollout_correction_metrics(cfg, rows, records, d))
+    metrics.update(selection_metrics(cfg, counts))
     return UpdateResult(metrics, records)
+
+
+def _scores(model, cfg: Config, rows: list[Rollout], d: Dist, pad_id: int) -> tuple[dict, dict]:
+    """No-grad log-probs and entropies of the current policy for ``rows`` (every rank gets all), by ``row_key``."""
+    logp, ent = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
+                      micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
+                      micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+    return ({row_key(r): lp.tolist() for r, lp in zip(rows, logp)},
+            {row_key(r): h.tolist() for r, h in zip(rows, ent)})
 
 
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:

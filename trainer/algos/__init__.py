@@ -1,5 +1,6 @@
 """Pure RL math of the trainer: advantages, policy losses, the loss reduction, entropies, seeds, M2PO, LUFFY,
-rollout correction.
+rollout correction, the 2025 exploration baselines (Clip-Cov / KL-Cov, pass@k and W-REINFORCE advantages, the
+high-entropy-token mask).
 
 torch/numpy only, hyperparameters as keyword arguments, shapes on signatures (N responses, T tokens,
 V vocabulary). Orchestration (FSDP, rollout engines, IO) lives above this package.
@@ -12,13 +13,27 @@ The trainer's update is three calls into this package (see `objectives.py` for t
     loss = reduce_loss(loss_mat, mask, mode=..., denominator=D)
     # kl_coef > 0: + kl_coef * reduce_loss(kl_penalty(logp, ref_logp, estimator=...), mask, same mode and D)
     # rollout_correction: loss_mat * rollout_weights(...) (tis); loss_mask(..., rollout_keep=rollout_keep(...)) (mis_*)
+    # token_mask=high_entropy: loss_mask(..., entropy_keep=high_entropy_mask(entropy, mask, ratio=...))
+    # advantages: ADVANTAGES[advantage](rewards, group_ids, **hyperparameters)                # [N]
 
 The building blocks (`clipped_policy_loss`, `kl_penalty`, `luffy_policy_loss`, `m2po_policy_loss`, `m2po_mask`,
 the seed masks) stay importable for analysis and tests.
 """
 
-from trainer.algos.advantages import ADVANTAGE_SCALES, AdvScale, group_advantages, zero_variance_groups
+from trainer.algos.advantages import (
+    ADVANTAGE_SCALES,
+    ADVANTAGES,
+    AdvScale,
+    Advantage,
+    group_advantages,
+    max_advantages,
+    passk_advantages,
+    w_reinforce_advantages,
+    zero_variance_groups,
+)
+from trainer.algos.cov import clip_cov_mask, clip_cov_policy_loss, kl_cov_mask, kl_cov_policy_loss, token_covariance
 from trainer.algos.entropy import logprobs_and_entropy, token_entropy, token_logprobs
+from trainer.algos.high_entropy import TOKEN_MASKS, TokenMask, high_entropy_count, high_entropy_mask
 from trainer.algos.kl import KL_ESTIMATORS, KlEstimator, kl_penalty
 from trainer.algos.losses import (
     AGGREGATE_MODES,
@@ -31,7 +46,15 @@ from trainer.algos.losses import (
 )
 from trainer.algos.luffy import luffy_policy_loss
 from trainer.algos.m2po import m2po_mask, m2po_policy_loss
-from trainer.algos.objectives import LOSSES, STALE_LOSSES, Algorithm, StaleLoss, TokenBatch, loss_mask
+from trainer.algos.objectives import (
+    COV_ALGORITHMS,
+    LOSSES,
+    STALE_LOSSES,
+    Algorithm,
+    StaleLoss,
+    TokenBatch,
+    loss_mask,
+)
 from trainer.algos.rollout_correction import (
     MASKING_CORRECTIONS,
     MISMATCH_SUMS,
@@ -58,8 +81,10 @@ from trainer.algos.seeds import (
 )
 
 __all__ = [
+    "ADVANTAGES",
     "ADVANTAGE_SCALES",
     "AGGREGATE_MODES",
+    "COV_ALGORITHMS",
     "KL_ESTIMATORS",
     "LOSSES",
     "MASKING_CORRECTIONS",
@@ -68,7 +93,9 @@ __all__ = [
     "SEED_LOSS_VARIANTS",
     "SEED_RULES",
     "STALE_LOSSES",
+    "TOKEN_MASKS",
     "AdvScale",
+    "Advantage",
     "Algorithm",
     "KlEstimator",
     "LossAgg",
@@ -77,10 +104,17 @@ __all__ = [
     "SeedRule",
     "StaleLoss",
     "TokenBatch",
+    "TokenMask",
     "broadcast_adv",
+    "clip_cov_mask",
+    "clip_cov_policy_loss",
     "clipped_policy_loss",
     "entropy_seed_lengths",
     "group_advantages",
+    "high_entropy_count",
+    "high_entropy_mask",
+    "kl_cov_mask",
+    "kl_cov_policy_loss",
     "kl_penalty",
     "logprobs_and_entropy",
     "loss_denominator",
@@ -89,6 +123,8 @@ __all__ = [
     "m2po_mask",
     "m2po_policy_loss",
     "masked_mean",
+    "max_advantages",
+    "passk_advantages",
     "ratio_seed_lengths",
     "reduce_loss",
     "rollout_keep",
@@ -101,7 +137,9 @@ __all__ = [
     "seed_token_mask",
     "token_entropy",
     "token_factor",
+    "token_covariance",
     "token_logprobs",
     "top_entropy_positions",
+    "w_reinforce_advantages",
     "zero_variance_groups",
 ]

@@ -1,13 +1,23 @@
-"""Group-relative advantages (GRPO / DAPO, DESIGN §2 "DAPO objective").
+"""Per-response advantages, behind one table (STYLE §9): the config's `advantage` names the entry.
 
-    Â_i = (R_i − mean_g(R)) / (std_g(R) + ε)
+    ADVANTAGES[advantage](rewards [N], group_ids [N], **adv_kwargs(cfg)) -> Â [N]
 
-where g is the group (prompt) of response i and std is the unbiased (N−1) estimator, as in verl's
-`compute_grpo_outcome_advantage`. Every token of o_i gets the same Â_i; the caller broadcasts.
+    name         Â_i                                                                     hyperparameters
+    grpo         (R_i − mean_g R) / (std_g R + ε)  (GRPO / DAPO, DESIGN §2)              scale (adv_scale)
+    passk        Pass@k Training's analytical advantage (Chen et al. 2025, arXiv:2508.10751)  k (passk_k)
+    grpo_passk   the group's best response gets (R_max − R_2nd) / (std_g R + ε), the rest 0  scale (adv_scale)
+                 (verl's `grpo_passk`, which cites Tang et al. 2025, arXiv:2503.19595)
+    w_reinforce  +λ for a correct response, −1 for a wrong one, no baseline                 positive_weight (λ)
+                 (Zhu et al. 2025, arXiv:2506.01347)
+
+g is the group (prompt) of response i and std the unbiased (N−1) estimator, as in verl's
+`compute_grpo_outcome_advantage`. Every token of o_i gets the same Â_i; the caller broadcasts. passk and
+w_reinforce are defined for binary rewards R ∈ {0, 1} (the references key on R == 1 / R == 0) and refuse others.
 """
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Literal
 
@@ -61,6 +71,105 @@ def group_advantages(
     return centered.to(out_dtype)
 
 
+def passk_advantages(
+    rewards: Tensor,  # [N] float in {0, 1}
+    group_ids: Tensor,  # [N] long, any ids
+    *,
+    k: int,
+    eps: float = 1e-6,
+) -> Tensor:  # [N] float32
+    """Pass@k Training with analytical derivation (Chen et al. 2025, arXiv:2508.10751, §4; the reference is
+    RUCAIBox/Passk_Training `code/passk_adv.py:calc_adv`). Per group of N responses with N_neg wrong ones:
+
+        R̄ = 1 − C(N_neg, k) / C(N, k)                  the expected pass@k reward of a random k-subset
+        σ = sqrt(R̄ (1 − R̄))
+        Â_pos = (1 − R̄) / (σ + ε)
+        Â_neg = (1 − R̄ − C(N_neg − 1, k − 1) / C(N − 1, k − 1)) / (σ + ε)
+
+    i.e. Â_i = (E[max R over a random k-subset that holds i] − R̄) / σ. An all-correct or all-wrong group gets 0
+    (σ = 0 and the numerators vanish), as does a group with N_neg < k (every k-subset holds a correct response).
+    k = 1 is GRPO's advantage with the population std. A group smaller than k is an error. Binomials exact
+    (math.comb), statistics in float64.
+    """
+    _check_binary(rewards, "passk")
+    assert k >= 1, f"pass@k needs k >= 1, got {k}"
+    inverse, num_groups = _group_index(group_ids)
+    r = rewards.detach().to(torch.float64).cpu()
+    out = torch.zeros_like(r)
+    for g in range(num_groups):
+        idx = (inverse.cpu() == g).nonzero().squeeze(1)
+        n, n_neg = idx.numel(), int((r[idx] == 0).sum())
+        if n < k:
+            raise ValueError(f"pass@k advantages need at least k={k} responses per group, got a group of {n}; "
+                             f"lower passk_k or raise samples_per_prompt")
+        rbar = 1.0 - math.comb(n_neg, k) / math.comb(n, k)
+        sigma = math.sqrt(rbar * (1.0 - rbar))
+        a_pos = (1.0 - rbar) / (sigma + eps)
+        a_neg = (1.0 - rbar - math.comb(n_neg - 1, k - 1) / math.comb(n - 1, k - 1)) / (sigma + eps) if n_neg else 0.0
+        out[idx] = torch.where(r[idx] == 1, torch.tensor(a_pos, dtype=torch.float64),
+                               torch.tensor(a_neg, dtype=torch.float64))
+    return out.to(torch.float32).to(rewards.device)
+
+
+def max_advantages(
+    rewards: Tensor,  # [N] float
+    group_ids: Tensor,  # [N] long, any ids
+    *,
+    scale: str = "std",
+    eps: float = 1e-6,
+) -> Tensor:  # [N] float32
+    """verl's `grpo_passk` (`verl/trainer/ppo/core_algos.py:compute_grpo_passk_outcome_advantage`, after Tang et al.
+    2025, arXiv:2503.19595): in each group only the best response gets a non-zero advantage,
+
+        Â_{i*} = (R_max − R_2nd) / (std_g R + ε)   (scale="std", verl's norm_adv_by_std_in_grpo=True; "none": no
+                                                    division), every other Â = 0,
+
+    with std the unbiased estimator (torch.std, as verl). Ties at the maximum give R_max − R_2nd = 0, so which of
+    them is "best" does not matter. A group of one response is an error (verl's ValueError)."""
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; valid: {', '.join(ADVANTAGE_SCALES)}")
+    inverse, num_groups = _group_index(group_ids)
+    r = rewards.detach().to(torch.float64).cpu()
+    out = torch.zeros_like(r)
+    for g in range(num_groups):
+        idx = (inverse.cpu() == g).nonzero().squeeze(1)
+        if idx.numel() < 2:
+            raise ValueError(f"grpo_passk needs at least 2 responses per group, got a group of {idx.numel()}")
+        top = torch.topk(r[idx], 2)
+        adv = float(top.values[0] - top.values[1])
+        if scale == "std":
+            adv = adv / (float(r[idx].std()) + eps)
+        out[idx[top.indices[0]]] = adv
+    return out.to(torch.float32).to(rewards.device)
+
+
+def w_reinforce_advantages(
+    rewards: Tensor,  # [N] float in {0, 1}
+    group_ids: Tensor,  # [N] long (unused: no baseline; the table's shared signature)
+    *,
+    positive_weight: float = 0.1,
+) -> Tensor:  # [N] float32
+    """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
+    Reasoning", arXiv:2506.01347): L = λ·L_PSR + L_NSR, i.e. Â_i = λ on a correct response (R = 1) and −1 on a wrong
+    one (R = 0), no group baseline and no std; λ = 0.1 in the paper (reference: TianHongZXY/RLVR-Decomposed
+    `verl/trainer/ppo/core_algos.py:compute_psr_nsr_outcome_advantage`, advantage="weighted",
+    positive_advantage_weight=0.1 in its run scripts). λ = 0 is NSR alone, λ = 1 REINFORCE with ±1 rewards. An
+    all-correct or all-wrong group keeps its signal (no baseline), so dynamic sampling would drop usable groups."""
+    _check_binary(rewards, "w_reinforce")
+    assert positive_weight >= 0, f"positive_weight (lambda) must be >= 0, got {positive_weight}"
+    assert rewards.shape == group_ids.shape, f"rewards {tuple(rewards.shape)} vs group_ids {tuple(group_ids.shape)}"
+    r = rewards.detach().to(torch.float32)
+    return torch.where(r == 1, torch.full_like(r, positive_weight), torch.full_like(r, -1.0))
+
+
+def _check_binary(rewards: Tensor, name: str) -> None:
+    assert rewards.dim() == 1, f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}"
+    bad = rewards[(rewards != 0) & (rewards != 1)]
+    if bad.numel():
+        raise ValueError(f"the {name} advantage is defined for binary rewards in {{0, 1}}, got {float(bad[0]):g}; use "
+                         f"advantage=grpo with shaped or graded rewards (overlong_buffer_tokens, code_reward=klear)")
+
+
 def zero_variance_groups(
     rewards: Tensor,  # [N] float
     group_ids: Tensor,  # [N] long, any ids
@@ -85,3 +194,13 @@ def _all_equal(r: Tensor, inverse: Tensor, num_groups: int) -> Tensor:  # [N], [
     lo = lo.scatter_reduce(0, inverse, r, reduce="amin")
     hi = hi.scatter_reduce(0, inverse, r, reduce="amax")
     return hi == lo
+
+
+Advantage = Literal["grpo", "passk", "grpo_passk", "w_reinforce"]   # the config's `advantage`: the keys of ADVANTAGES
+ADVANTAGES = {
+    "grpo": group_advantages,
+    "passk": passk_advantages,
+    "grpo_passk": max_advantages,
+    "w_reinforce": w_reinforce_advantages,
+}
+assert tuple(ADVANTAGES) == typing.get_args(Advantage), "every advantage has one ADVANTAGES entry"

@@ -9,6 +9,10 @@
             stale_loss="m2po": M2PO's −Â·r·keep on seed tokens instead       stale_loss, tau
     luffy   −Â·r on on-policy tokens (no clip), −Â·π/(π+γ) off-policy     gamma
     m2po    −Â·r·keep,  r = π_θ / π_behavior, keep = M2PO's mask (no clip) tau
+    clip_cov  DAPO's loss, 0 on a random ⌊r·N⌋ of the tokens with        clip_low, clip_high, clip_c,
+            ω_low < Cov < ω_high (Cui et al. 2025, arXiv:2505.22617)    ratio, lb, ub
+    kl_cov  −Â·r, + β|log r| on the ⌊k·N⌋ tokens of largest Cov        ratio, kl_coef
+            (no clip; Cov = (Â − mean Â)(log π_θ − mean log π_θ))
 
 Every entry is a pure function of a `TokenBatch` (tensors only) and keyword hyperparameters; every `stats`
 holds "ratio", "clipped_low" and "clipped_high" ([N, T], detached).
@@ -18,7 +22,13 @@ Which tokens enter the loss is not the loss function's business: `loss_mask` dec
 denominator of the step (`loss_denominator`) must count them over all micro-batches before the first backward.
 The seed-loss variant of paper Eq. 5 is therefore the mask: "state+action" trains seed tokens with
 r = π_θ / π_b, "state" masks them out of the loss and of the token-mean denominator. M2PO's dropped tokens are
-zeros of its loss, not holes in the mask, so its denominator counts all tokens.
+zeros of its loss, not holes in the mask, so its denominator counts all tokens; so are Clip-Cov's restrained tokens
+(KL-Cov's carry a penalty), whose selection (`trainer/algos/cov.py`) the trainer takes over the whole mini-batch
+and passes as `TokenBatch.cov_selected`.
+
+The high-entropy mask (``trainer/algos/high_entropy.py``, config ``token_mask=high_entropy``; Wang et al. 2025)
+composes with every entry the same way: its dropped tokens leave ``loss_mask`` (``entropy_keep=``) and the
+token-mean denominator.
 
 Rollout correction (``trainer/algos/rollout_correction.py``) composes with every entry from outside the table:
 truncated IS multiplies ``loss_mat`` by min(π_old/π_sampler, C) on sampled tokens, masked IS removes tokens from
@@ -35,6 +45,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from trainer.algos.cov import clip_cov_policy_loss, kl_cov_policy_loss
 from trainer.algos.losses import clipped_policy_loss
 from trainer.algos.luffy import luffy_policy_loss
 from trainer.algos.m2po import m2po_policy_loss
@@ -56,6 +67,7 @@ class TokenBatch:
     behavior_logp: Tensor | None = None  # [N, T] log π_b (seeds: seed tokens) / π_behavior (m2po); NaN where none
     off_policy: Tensor | None = None  # [N] bool, LUFFY's external traces
     keep: Tensor | None = None  # [N, T] bool, M2PO's keep-mask over the whole step (None: over this batch)
+    cov_selected: Tensor | None = None  # [N, T] bool, Clip-Cov's / KL-Cov's tokens of the mini-batch (None: this one)
 
     def need(self, *names: str, algorithm: str) -> None:
         missing = [n for n in names if getattr(self, n) is None]
@@ -68,15 +80,19 @@ def loss_mask(
     *,
     seed_loss: str,
     rollout_keep: Tensor | None = None,  # [N, T] bool, masked IS's kept tokens (`rollout_correction.rollout_keep`)
+    entropy_keep: Tensor | None = None,  # [N, T] bool, the high-entropy tokens (`high_entropy.high_entropy_mask`)
 ) -> Tensor:  # [N, T] bool
     """Tokens that enter the policy loss and its token-mean denominator, for every algorithm: the response
     tokens, less the seed tokens (t < m_i) when seed_loss is "state", less the sampled tokens masked IS drops
-    (``rollout_keep``: rollout_correction=mis_*; they leave the denominator too). Rows without a seed (m_i = 0,
-    every row outside Thinking Seeds) keep all their response tokens."""
+    (``rollout_keep``: rollout_correction=mis_*; they leave the denominator too), less the tokens outside the
+    high-entropy minority (``entropy_keep``: token_mask=high_entropy, taken among the tokens the first two rules
+    keep; they leave the denominator too). Rows without a seed (m_i = 0, every row outside Thinking Seeds) keep all
+    their response tokens."""
     mask = seed_loss_mask(response_mask, seed_lens, variant=seed_loss)
-    if rollout_keep is not None:
-        assert rollout_keep.shape == mask.shape, f"rollout_keep {tuple(rollout_keep.shape)} vs {tuple(mask.shape)}"
-        mask = mask & rollout_keep.bool()
+    for name, keep in (("rollout_keep", rollout_keep), ("entropy_keep", entropy_keep)):
+        if keep is not None:
+            assert keep.shape == mask.shape, f"{name} {tuple(keep.shape)} vs {tuple(mask.shape)}"
+            mask = mask & keep.bool()
     return mask
 
 
@@ -128,11 +144,41 @@ def m2po_loss(b: TokenBatch, *, tau: float) -> tuple[Tensor, dict[str, Tensor]]:
     return m2po_policy_loss(b.logp, b.behavior_logp, b.adv, b.response_mask, tau=tau, keep=b.keep)
 
 
-Algorithm = Literal["dapo", "seeds", "luffy", "m2po"]   # the config's `algorithm`: the keys of LOSSES
+def clip_cov_loss(
+    b: TokenBatch,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float | None = None,
+    ratio: float = 2e-4,
+    lb: float = 1.0,
+    ub: float = 5.0,
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """Clip-Cov (Cui et al. 2025, arXiv:2505.22617; verl's `compute_policy_loss_clip_cov`): DAPO's clipped loss with
+    r = π_θ / π_old, set to 0 on the tokens `b.cov_selected` marks (None: drawn over this batch's response tokens,
+    `trainer/algos/cov.py`). stats add "cov_selected"."""
+    return clip_cov_policy_loss(b.logp, b.old_logp, b.adv, b.response_mask, clip_low=clip_low, clip_high=clip_high,
+                                clip_c=clip_c, ratio=ratio, lb=lb, ub=ub, selected=b.cov_selected)
+
+
+def kl_cov_loss(
+    b: TokenBatch, *, ratio: float = 2e-3, kl_coef: float = 1.0
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """KL-Cov (Cui et al. 2025, arXiv:2505.22617; verl's `compute_policy_loss_kl_cov`): −Â·r, no clip, plus
+    kl_coef·|log r| on the tokens `b.cov_selected` marks (None: the top-k over this batch). stats add
+    "cov_selected"."""
+    return kl_cov_policy_loss(b.logp, b.old_logp, b.adv, b.response_mask, ratio=ratio, kl_coef=kl_coef,
+                              selected=b.cov_selected)
+
+
+Algorithm = Literal["dapo", "seeds", "luffy", "m2po", "clip_cov", "kl_cov"]   # the config's `algorithm`: LOSSES' keys
+COV_ALGORITHMS = ("clip_cov", "kl_cov")   # the entries whose token selection spans the mini-batch (cov_selected)
 LOSSES = {
     "dapo": dapo_loss,
     "seeds": seeds_loss,
     "luffy": luffy_loss,
     "m2po": m2po_loss,
+    "clip_cov": clip_cov_loss,
+    "kl_cov": kl_cov_loss,
 }
 assert tuple(LOSSES) == typing.get_args(Algorithm), "every algorithm has one LOSSES entry"
