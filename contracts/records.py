@@ -45,10 +45,12 @@ ROLLOUT_SCHEMA = pa.schema([
     ("clipped_high", _bool),
     ("loss_mask", _bool),
     ("finish_reason", pa.string()),      # stop | length
+    ("source_len", pa.int32()),          # nullable: seed rows, tokens of the cached response the seed was cut from
+    ("source_correct", pa.bool_()),      # nullable: seed rows, the grader's verdict on that whole cached response
 ])
 COLUMNS = tuple(ROLLOUT_SCHEMA.names)
 # columns added after the first release: a file written without them still reads
-OPTIONAL = ("verdict",)
+OPTIONAL = ("verdict", "source_len", "source_correct")
 PER_TOKEN = ("logp_old", "logp_behavior", "entropy", "ratio", "clipped_low", "clipped_high", "loss_mask")
 VARIANTS = ("on_policy", "seed", "luffy_off", "stale")
 _STEP_RE = re.compile(r"^step_(\d+)\.parquet$")

@@ -5,6 +5,8 @@ Names say what they count (STYLE §12): ``ppo/clipfrac_low`` and ``_high`` are f
 ``seeds/*_seed`` and ``*_cont`` split them between seed and continuation tokens, ``rollout/logp_diff_*`` compares
 the sampler's log-probs with the trainer's; ``rollout_corr/*`` (the rollout correction's weight, clipped or masked
 share, k3 KL and log-perplexity ratio) comes with the update's metrics (``trainer.update.rollout_correction_metrics``).
+``seeds/lift_*``, ``seeds/value_*``, ``seeds/rescued*``, ``seeds/all_wrong_fresh`` and ``seeds/zero_adv_*`` are a seeded
+step's restart values: its continuations against the fresh group of the same prompt (``contracts.seed_lift``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 
 import torch
 
+from contracts.seed_lift import step_summary
 from scoring.verdict import UNGRADED_VERDICTS
 from trainer.config import Config
 from trainer.fsdp import Dist, all_gather_objects, all_reduce_values
@@ -93,11 +96,26 @@ def step_metrics(cfg: Config, all_rows: list[Rollout], kept: list[Rollout], reco
     m.update({"ppo/clipfrac_low": lo / max(c, 1), "ppo/clipfrac_high": hi / max(c, 1), "ppo/entropy": e / max(c, 1),
               "tokens/trained": c})
     if cfg.algorithm == "seeds":
+        m.update(seed_lift_metrics(all_rows))
         for k in ("seed", "cont"):
             c, lo, hi, e = tok[k]
             m.update({f"seeds/{k}_tokens": c, f"seeds/clipfrac_low_{k}": lo / max(c, 1),
                       f"seeds/clipfrac_high_{k}": hi / max(c, 1), f"seeds/entropy_{k}": e / max(c, 1)})
     return m
+
+
+def seed_lift_metrics(all_rows: list[Rollout]) -> dict:
+    """A seeded step's restart values over its seeded groups (refills and refresh steps hold none: nothing logged),
+    ``contracts.seed_lift.step_summary`` as ``seeds/<key>``: lift_mean / lift_std (over prompts) and lift_prompts,
+    value_seeded, value_fresh, all_wrong_fresh, rescued, rescued_share (only when a fresh group is all wrong),
+    zero_adv_share (seeded groups) and zero_adv_fresh_share (their fresh groups)."""
+    seeded = [r for r in all_rows if r.variant == "seed"]
+    if not seeded:
+        return {}
+    correct = [math.nan if r.verdict in UNGRADED_VERDICTS else float(r.correct) for r in seeded]
+    source = [math.nan if r.source_correct is None else float(r.source_correct) for r in seeded]
+    summary = step_summary([r.group for r in seeded], correct, source)
+    return {f"seeds/{k}": v for k, v in summary.items()}
 
 
 def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict[int, TokenRecord],
@@ -119,5 +137,6 @@ def record_rows(cfg: Config, step: int, all_rows: list[Rollout], records: dict[i
             "entropy": rec.entropy if rec else nan, "ratio": rec.ratio if rec else nan,
             "clipped_low": rec.clipped_low if rec else false, "clipped_high": rec.clipped_high if rec else false,
             "loss_mask": rec.loss_mask if rec else false, "finish_reason": r.finish_reason,
+            "source_len": r.source_len, "source_correct": r.source_correct,
         })
     return out

@@ -7,7 +7,9 @@ run killed in the middle of a cycle resumes with the same seeds.
 Thinking Seeds (DESIGN §2): at step s with s mod T = 0 the current policy π_b samples G responses for every
 prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward. Batch s
 trains on them as on-policy DAPO; batch s+j truncates each cached response independently (ratio or entropy rule)
-and the policy of step s+j continues from prompt + seed.
+and the policy of step s+j continues from prompt + seed. Batch s+j also grades its cached responses whole (no
+generation): each seeded row carries the verdict of the response its seed was cut from (``source_correct``), the
+fresh value its restart value is compared with (``contracts.seed_lift``, the ``seeds/lift_*`` metrics).
 
 Sampling does not depend on the world size: each rank samples a contiguous block of a call's rows (a prompt's G
 samples on one rank where the division allows, ``rank_rows``) and every row carries its own seed (``row_seeds``),
@@ -29,6 +31,7 @@ from inference import make_sampler, resolve_engine
 from inference.protocol import Completion
 from scoring.rewards import grade_task_batch, reward_of
 from scoring.templates import render_prompt
+from scoring.verdict import UNGRADED_VERDICTS
 from trainer.algos import entropy_seed_lengths, ratio_seed_lengths
 from trainer.checkpoint import CheckpointError
 from trainer.data import off_policy_ids
@@ -50,6 +53,8 @@ class Rollout:
     seed_step: int | None = None
     trunc_rule: str | None = None
     trunc_token_id: int | None = None
+    source_len: int | None = None    # seeds: length of the cached response the seed was cut from
+    source_correct: bool | None = None   # seeds: the grader's verdict on that whole response (None: ungraded)
     behavior_logp: list[float] | None = None   # seeds: cached log π_b on seed tokens (NaN after); stale: all tokens
     # log π_sampler of the tokens the engine sampled for this step's update (NaN on seed tokens); None for rows
     # not sampled now (stale, off-policy): the rollout check compares it with the trainer's log-probs
@@ -231,9 +236,15 @@ class RolloutBuilder:
                 cut = c["response_ids"][m] if m < len(c["response_ids"]) else None
                 rows.append(self._row(ex, group, g, seed + cont.token_ids, cont.finish_reason, variant="seed",
                                       seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
-                                      trunc_token_id=cut, behavior_logp=behavior,
+                                      trunc_token_id=cut, behavior_logp=behavior, source_len=len(c["response_ids"]),
                                       sampler_logp=[math.nan] * m + list(cont.logprobs)))
-        return self.reward(rows)
+        # the fresh value of each prompt (contracts.seed_lift): its G cached responses graded whole, in the same batch
+        sources = [self._row(ex, -1, g, cache[k * G + g]["response_ids"], cache[k * G + g]["finish_reason"])
+                   for k, ex in enumerate(buf["batches"][j]) for g in range(G)]
+        self.reward(rows + sources)
+        for r, src in zip(rows, sources):
+            r.source_correct = None if src.verdict in UNGRADED_VERDICTS else src.correct
+        return rows
 
     # --- M2PO stale batches ----------------------------------------------------------------------------
     def _stale(self, step: int) -> list[Rollout]:

@@ -1,10 +1,11 @@
 """thinking-seeds analysis: reads runs written by ``trainer``, writes tables to ``results/analysis/``.
 
 - ``tsanalysis.core``: pure estimators (numpy/pandas, no file IO): per-position bins, truncation-token
-  histograms, Lemma 4 zero-advantage probabilities, seed-token mismatch, pass@k with bootstrap intervals.
+  histograms, Lemma 4 zero-advantage probabilities, seed-token mismatch, the seeds' restart values, pass@k with
+  bootstrap intervals.
 - ``tsanalysis.io``: streaming rollout reads (via ``contracts.records``) and the atomic results writer.
 - ``tsanalysis.tables``: the analyses of a run as functions returning DataFrames (positions, truncation,
-  zero-advantage, Lemma 4, mismatch): what the commands write and ``figures`` caches.
+  zero-advantage, Lemma 4, mismatch, seeds): what the commands write and ``figures`` caches.
 - ``tsanalysis.relay``: relay inference (an early checkpoint writes a prefix, the final one continues): ``run_relay``.
 - ``tsanalysis.support``: support dynamics of checkpoints scored by ``eval.run`` (gained / lost / kept per k,
   crossover k, distinct answers, answer entropy, cross-model likelihood): ``support_tables``.

@@ -8,13 +8,15 @@
     tsanalysis zero-adv   --p 0.1,0.5 --G 8 [--simulate N] [--seed S] [--seed-probs 0.1,0.9] [--out DIR]
     tsanalysis mismatch   RUN_DIR [--steps a:b] [--bins 10] [--width 64] [--thresholds 0.01,0.1,1]
                           [--relative-to seed|response] [--out DIR]
+    tsanalysis seeds      RUN_DIR [--steps a:b] [--bins 5] [--width 64] [--out DIR]
     tsanalysis relay      --early CKPT_A --final CKPT_B --benchmarks NAME [--problems FILE] [--n 64] [--cut 0.5]
                           [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
 
 Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json); the
-relay's pass@k and the truncation shares print as percentages, the files keep fractions. ``--benchmarks`` is
-eval.run's flag (one name here: a relay folder holds one benchmark); ``--benchmark`` still works, the old spelling.
+relay's pass@k, the truncation shares and the seeds' values print as percentages (lifts in points), the files
+keep fractions. ``--benchmarks`` is eval.run's flag (one name here: a relay folder holds one benchmark);
+``--benchmark`` still works, the old spelling.
 This module is only the command line: the analyses are ``tsanalysis.tables`` (functions returning DataFrames,
 for scripts, figures and tests) and ``tsanalysis.relay.run_relay``. Exit status (``contracts.commands``, the
 grammar every command shares): bad input raises ``tsanalysis.errors.UsageError`` or ``tsanalysis.io.RecordsError``,
@@ -39,7 +41,8 @@ from inference.names import ENGINES
 from . import io
 from .core import truncation as TR
 from .errors import UsageError
-from .tables import lemma4_tables, mismatch_tables_for_run, positions_tables, truncation_tables, zero_adv_tables
+from .tables import (lemma4_tables, mismatch_tables_for_run, positions_tables, seeds_tables, truncation_tables,
+                     zero_adv_tables)
 
 
 # ---- printing and settings -------------------------------------------------------------------------------------
@@ -184,6 +187,45 @@ def _cmd_mismatch(args) -> None:
     _finish(args, t, args.run_dir)
 
 
+def format_seeds(t: dict[str, pd.DataFrame]) -> str:
+    """The seeds tables as printed: values and shares in %, lifts in points with their 95 % intervals."""
+    s = t["summary"].iloc[0]
+    out = [f"{int(s['seeds'])} seeds in {int(s['groups'])} seeded groups over {int(s['seeded_steps'])} steps; "
+           f"value from the seeds {pct(s['value_seeded'])} vs fresh {pct(s['value_fresh'])}: lift "
+           f"{points(s['lift_mean'])} points [{points(s['lift_low'])}, {points(s['lift_high'])}] "
+           f"(std over groups {100 * s['lift_std']:.1f})",
+           f"all-wrong fresh groups {int(s['all_wrong_fresh'])}, rescued by their seeds {int(s['rescued'])} "
+           f"({pct(s['rescued_share'])} [{pct(s['rescued_low'], unit='')}, {pct(s['rescued_high'], unit='')}])"]
+
+    def shown(df, keys):
+        return pd.DataFrame({**{k: df[k] for k in keys}, "seeds": df["seeds"], "groups": df["groups"],
+                             "seeded %": df["value_seeded"].map(lambda x: pct(x, unit="")),
+                             "fresh %": df["value_fresh"].map(lambda x: pct(x, unit="")),
+                             "lift (points)": df["lift_mean"].map(points),
+                             "95% CI": [f"[{points(lo)}, {points(hi)}]"
+                                        for lo, hi in zip(df["lift_low"], df["lift_high"])]}).to_string(index=False)
+
+    out.append("lift by cut depth (seed_len / source response)\n" + shown(t["by_depth"], ["depth_lo", "depth_hi"]))
+    out.append("lift by seed age (steps since the refresh)\n" + shown(t["by_age"], ["age"]))
+    out.append("lift by token type at the cut\n" + shown(t["by_token"], ["trunc_rule", "category"]))
+    z = t["zero_adv"]
+    zs = pd.DataFrame({"kind": z["kind"], "groups": z["groups"],
+                       **{f"{c} %": z[c].map(lambda x: pct(x, unit="")) for c in
+                          ("zero_adv_obs", "zero_adv_obs_on_pred", "zero_adv_pred", "zero_adv_pred_plugin",
+                           "zero_adv_pred_shared")},
+                       "groups_pred": z["groups_pred"], "pair_corr": z["pair_corr"].map(lambda x: f"{x:.3g}")})
+    out.append("zero-advantage groups: observed vs Lemma 4 (pred: independent seeds, unbiased from the prompt's "
+               "other groups; pred_plugin: the same at the pooled rate; pred_shared: one seed per group, plug-in at "
+               "the pair correlation)\n" + zs.to_string(index=False))
+    return "\n\n".join(out)
+
+
+def _cmd_seeds(args) -> None:
+    t = seeds_tables(args.run_dir, steps=args._steps, n_bins=args.bins, width=args.width)
+    print(format_seeds(t))
+    _finish(args, t, args.run_dir)
+
+
 def _cmd_relay(args) -> None:
     from .relay import run_relay   # imports torch/transformers when called: only this command needs them
 
@@ -312,6 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--relative-to", choices=("seed", "response"), default="seed",
                    help="relative positions as t/seed_len (default) or t/final length")
     p.set_defaults(func=_cmd_mismatch)
+
+    p = sub.add_parser("seeds", help="restart values of the seeds: lift against the fresh group by cut depth, seed "
+                                     "age and token type; rescued all-wrong groups; zero advantage vs Lemma 4")
+    _run_args(p)
+    p.add_argument("--bins", type=_positive_int, default=5, help="cut-depth bins over seed_len / source length")
+    p.add_argument("--width", type=_positive_int, default=64, help="cut-depth bin width in seed tokens")
+    p.set_defaults(func=_cmd_seeds)
 
     p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues",
                        epilog=EXIT_CODES_HELP)

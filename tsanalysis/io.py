@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from contracts import records
 from contracts.files import atomic_path, atomic_write_json
 
-__all__ = ["RecordsError", "select_steps", "check_run", "iter_batches", "list_column", "scalar_column",
+__all__ = ["RecordsError", "select_steps", "check_run", "missing_columns", "iter_batches", "list_column",
+           "scalar_column",
            "token_lengths", "run_name", "default_out", "write_results", "RESULTS_ROOT"]
 
 RecordsError = records.RecordsError
@@ -55,6 +56,15 @@ def check_run(run_dir: str | os.PathLike, steps, columns: Sequence[str]) -> list
             raise RecordsError(f"{path}: not a readable Parquet file ({e})") from None
         records.validate_schema(schema, str(path), columns)
     return sel
+
+
+def missing_columns(path: str | os.PathLike, names: Sequence[str]) -> list[str]:
+    """The ``names`` a rollout file does not have (footer only): a column added after the file was written."""
+    try:
+        have = set(pq.read_schema(path).names)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise RecordsError(f"{path}: not a readable Parquet file ({e})") from None
+    return [n for n in names if n not in have]
 
 
 def iter_batches(run_dir: str | os.PathLike, *, columns: Sequence[str], steps=None,

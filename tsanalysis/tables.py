@@ -5,6 +5,7 @@
     zero_adv_tables(run_dir, steps=None)                                       # Lemma 4, observed vs predicted
     lemma4_tables(p, G, simulate=0, seed=0, seed_probs=None)                   # Lemma 4, pure
     mismatch_tables_for_run(run_dir, steps=None, n_bins=10, width=64, ...)     # Proposition 2
+    seeds_tables(run_dir, steps=None, n_bins=5, width=64, n_boot=2000)          # restart values of the seeds
 
 Each returns ``{table name: DataFrame}``, the tables ``tsanalysis.io.write_results`` writes (the CLI writes
 them with its settings; ``figures.make_all`` caches them the same way). Runs are streamed file by file in record
@@ -20,14 +21,17 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from scoring.verdict import UNGRADED_VERDICTS
+
 from . import io
 from .core import bins as B
 from .core import lemma4 as L4
 from .core import truncation as TR
+from .core import seed_lift as SL
 from .core.mismatch import MismatchAccumulator
 
 __all__ = ["SERIES", "positions_tables", "truncation_tables", "zero_adv_tables", "lemma4_tables",
-           "mismatch_tables_for_run"]
+           "mismatch_tables_for_run", "seeds_tables"]
 
 SERIES = ("all", "seed", "continuation", "seeded", "seeded_continuation")
 
@@ -198,3 +202,58 @@ def mismatch_tables_for_run(run_dir, *, steps=None, n_bins: int = 10, width: int
     if acc.responses == 0 and acc.skipped == 0:
         raise io.RecordsError(f"'{run_dir}': no seeded rows (seed_len > 0) in the selected steps")
     return acc.tables()
+
+
+# ---- restart values of the seeds (issue #26: lift, rescue, zero advantage) --------------------------------------
+def seeds_tables(run_dir, *, steps=None, n_bins: int = 5, width: int = 64, n_boot: int = 2000,
+                 seed: int = 0) -> dict[str, pd.DataFrame]:
+    """The seeded rows' restart values against their prompts' fresh groups (``tsanalysis.core.seed_lift``):
+    ``summary`` (lift, rescue, zero advantage over the selected steps), ``by_step``, lift by cut depth
+    (``by_depth``: fraction of the source response, ``n_bins`` bins; ``by_depth_tokens``: seed_len in bins of
+    ``width`` tokens), by seed age (``by_age``), by token type at the cut (``by_token``, per rule), by the source's
+    verdict (``by_source``), the zero-advantage comparison with Lemma 4 (``zero_adv``) and one row per seed
+    (``seeds``). Runs written before the trainer recorded ``source_len`` / ``source_correct`` have no fresh value:
+    a RecordsError naming the column."""
+    cols = ["step", "prompt_id", "sample_idx", "variant", "seed_step", "seed_len", "source_len", "trunc_rule",
+            "trunc_token_text", "correct", "verdict", "source_correct"]
+    for _, path in io.select_steps(run_dir, steps):   # before any reading: old records say what they lack
+        if lacking := io.missing_columns(path, ("source_len", "source_correct")):
+            raise io.RecordsError(f"{path}: no column {' or '.join(repr(c) for c in lacking)}: the run was written "
+                                  f"before seeded rows recorded their source response's verdict; `tsanalysis seeds` "
+                                  f"needs a run of this version (train it again)")
+    parts = []
+    for _, path, batch in io.iter_batches(run_dir, columns=cols, steps=steps):
+        variant = io.scalar_column(batch, "variant")
+        rows = np.flatnonzero(variant == "seed")
+        if rows.size == 0:
+            continue
+        sub = batch.take(rows)
+        d = pd.DataFrame({c: io.scalar_column(sub, c) for c in cols if c not in ("correct", "source_correct")})
+        graded = ~np.isin(d["verdict"].to_numpy(object), list(UNGRADED_VERDICTS))
+        d["correct"] = np.where(graded, io.scalar_column(sub, "correct").astype(float), np.nan)
+        if d["seed_step"].isna().any() or d["source_len"].isna().any():
+            raise io.RecordsError(f"{path}: a seed row without seed_step or source_len (both are set on every seed "
+                                  f"row the trainer writes)")
+        src = io.scalar_column(sub, "source_correct")
+        d["source_correct"] = np.array([np.nan if x is None else float(x) for x in src], dtype=float)
+        parts.append(d)
+    if not parts:
+        raise io.RecordsError(f"'{run_dir}': no seeded rows (variant 'seed') in the selected steps "
+                              f"(seeded steps exist only in Thinking Seeds runs, after the first refresh)")
+    seeds = SL.seed_table(pd.concat(parts, ignore_index=True).drop(columns=["variant", "verdict"]))
+    seeds["depth_bin"] = SL.depth_bin(seeds["seed_len"], seeds["source_len"], n_bins)
+    seeds["depth_lo"], seeds["depth_hi"] = seeds["depth_bin"] / n_bins, (seeds["depth_bin"] + 1) / n_bins
+    seeds["tokens_lo"] = (seeds["seed_len"] // width) * width
+    seeds["source"] = seeds["source_correct"].map({1.0: "correct", 0.0: "wrong"}).fillna("ungraded")
+    kw = {"n_boot": n_boot, "seed": seed}
+    by_step = pd.concat([SL.lift_summary(g, **kw).assign(step=s) for s, g in seeds.groupby("step")],
+                        ignore_index=True)
+    return {"summary": SL.lift_summary(seeds, **kw),
+            "by_step": by_step[["step", *[c for c in by_step.columns if c != "step"]]],
+            "by_depth": SL.lift_bins(seeds, ["depth_bin", "depth_lo", "depth_hi"], **kw),
+            "by_depth_tokens": SL.lift_bins(seeds, ["tokens_lo"], **kw).assign(width=width),
+            "by_age": SL.lift_bins(seeds, ["age"], **kw),
+            "by_token": SL.lift_bins(seeds, ["trunc_rule", "category"], **kw),
+            "by_source": SL.lift_bins(seeds, ["source"], **kw),
+            "zero_adv": SL.zero_adv_comparison(seeds),
+            "seeds": seeds}

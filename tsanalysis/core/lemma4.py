@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["zero_adv_prob", "all_wrong_prob", "lemma4_table", "simulate_zero_adv", "shared_vs_independent",
-           "group_kind", "group_table", "unbiased_equal_prob", "unbiased_all_wrong_prob", "zero_adv_from_groups"]
+           "group_kind", "group_table", "unbiased_equal_prob", "unbiased_all_wrong_prob", "zero_adv_from_groups",
+           "leave_group_out", "shared_seed_zero_adv_prob"]
 
 
 def _check_p(p) -> np.ndarray:
@@ -171,6 +172,23 @@ def group_table(step, prompt_id, correct, reward, variant, sample_idx=None) -> p
     return out[cols]
 
 
+def shared_seed_zero_adv_prob(p, rho, G: int) -> np.ndarray:
+    """E_h[D(p_h)] of Lemma 4's remark when the G continuations of a group share one seed h and p_h ~ Beta with mean
+    p and intra-seed correlation rho = Var_h(p_h) / (p (1 - p)) (the beta-binomial: a = p (1 - rho) / rho,
+    b = (1 - p) (1 - rho) / rho, E[p_h^G] = prod_{k<G} (a + k) / (a + b + k)). rho <= 0 gives D(p) (independent
+    seeds), rho >= 1 gives 1 (the seed decides the reward); vectorised over p and rho."""
+    p, G = _check_p(p), _check_G(G)
+    p, rho = np.broadcast_arrays(p, np.asarray(rho, dtype=np.float64))
+    r = np.clip(rho, 1e-12, 1.0)
+    s = (1.0 - r) / r                                     # a + b
+    k = np.arange(G, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        up = np.prod((p[..., None] * s[..., None] + k) / (s[..., None] + k), axis=-1)
+        down = np.prod(((1 - p[..., None]) * s[..., None] + k) / (s[..., None] + k), axis=-1)
+    shared = np.where(r >= 1.0, 1.0, up + down)
+    return np.where(rho <= 0, zero_adv_prob(p, G), shared)
+
+
 def _ratio_of_combs(c, n, G) -> np.ndarray:
     """C(c, G) / C(n, G) = prod_{i<G} (c-i)/(n-i), vectorised over c, n (0 when c < G); needs n >= G."""
     c = np.asarray(c, dtype=np.float64)
@@ -216,6 +234,12 @@ def _predict(groups: pd.DataFrame) -> pd.DataFrame:
         g.loc[sel, "all_wrong_pred"] = unbiased_all_wrong_prob(c, n, int(G))
         g.loc[sel, "zero_adv_pred_plugin"] = zero_adv_prob(c / n, int(G))
     return g
+
+
+def leave_group_out(groups: pd.DataFrame) -> pd.DataFrame:
+    """``groups`` (a :func:`group_table`) with each group's leave-group-out pool and predictions (module docstring):
+    n_other, c_other, zero_adv_pred, all_wrong_pred, zero_adv_pred_plugin (NaN without G other samples)."""
+    return _predict(groups)
 
 
 def zero_adv_from_groups(groups: pd.DataFrame, *, by_step: bool = True) -> pd.DataFrame:
