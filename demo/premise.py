@@ -20,6 +20,9 @@ docs/premise.md`` updates the committed page):
                  (where final − warm-up turns non-positive) with a bootstrap interval, distinct correct
                  solutions per problem, per-position entropy of the on-policy rollouts over training, the
                  methods table (pass@1 and pass@large-k, mean ± t-interval over training seeds)
+                 and each method against on-policy paired over problems; the support table (``tsanalysis support``:
+                 problems gained / lost per k, warm-up -> early -> final -> relay) and the ratio run's seed lift
+                 (``tsanalysis seeds``: the continuations' value from the seeds against the fresh group's)
     relay     -> ``tsanalysis.relay.run_relay`` (early -> final of on-policy seed 0, cut 0.5, n per problem)
     figures   -> ``figures.premise`` (curves, entropy) and ``figures.fig2_relay`` (relay), from the cached tables
     page      -> ``OUT/premise.md`` (numbers, figures copied under ``premise/`` beside it, the grid searched)
@@ -64,14 +67,16 @@ from eval.report import format_report
 from eval.run import run_eval
 from eval.samples import read_samples
 from figures.fig2_relay import plot_relay_passk
-from figures.premise import load_tables, plot_entropy, plot_passk_curves
+from figures.premise import load_tables, plot_entropy, plot_passk_curves, plot_seed_lift
 from figures.style import DPI, use_headless_backend
 from scoring.tasks import countdown
 from scoring.tasks.make import write_jsonl
 from trainer.checkpoint import checkpoint_dir
 from trainer.warmup import build_warmup, read_warmup
-from tsanalysis.io import write_results
+from tsanalysis.io import RecordsError, write_results
 from tsanalysis.relay import run_relay
+from tsanalysis.support import support_tables
+from tsanalysis.tables import seeds_tables
 
 RELAY_TAG = "countdown-early-to-final-cut0.5"   # the relay's folder under <out>/analysis/relay/
 
@@ -286,11 +291,36 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     rel = out / "analysis" / "relay" / RELAY_TAG / "relay_passk.csv"
     if rel.is_file():
         tables["relay_passk"] = pd.read_csv(rel)
+    tables.update(support_and_lift(out, b, log=log))
     for name, df in tables.items():
         df.to_csv(tdir / f"{name}.csv", index=False)
     atomic_write_json(tdir / "crossover.json", cross)
     log(f"tables: {', '.join(sorted(tables))}, crossover -> {tdir}")
     return {**tables, "crossover": cross}
+
+
+def support_and_lift(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, pd.DataFrame]:
+    """Issue #26 on the regime's cached files: ``support`` (``tsanalysis support`` over warm-up -> early -> final
+    -> relay: the problems each later model gained and lost per k, expected counts with paired intervals; the final
+    checkpoint is named ``final``) and, from the ratio run's rollout records (``tsanalysis seeds``),
+    ``seed_lift_summary`` / ``seed_lift_by_depth`` / ``seed_lift_by_age``: the continuations' value from each seed
+    against the fresh group of its prompt. A run written before the records carried ``source_correct`` has no
+    lift tables (logged)."""
+    final = eval_name("onpolicy", 0)
+    rdir = out / "analysis" / "relay" / RELAY_TAG
+    relay = rdir if (rdir / "results.jsonl").is_file() else None
+    models = ["warmup", "early", final] + (["relay"] if relay else [])
+    sup = support_tables(out / "eval", models=models, relay=relay, log=lambda m: None)["support"]
+    tables = {"support": sup.replace({"from": {final: "final"}, "to": {final: "final"}})}
+    run = out / "runs" / eval_name("seeds_ratio", 0)
+    if "seeds_ratio" in method_list(b) and run.is_dir():
+        try:
+            lift = seeds_tables(run)
+        except RecordsError as e:
+            log(f"seed lift: not measured ({e})")
+        else:
+            tables.update({f"seed_lift_{k}": lift[k] for k in ("summary", "by_depth", "by_age")})
+    return tables
 
 
 def draw(out: Path, *, log: Log) -> dict[str, Path]:
@@ -303,6 +333,8 @@ def draw(out: Path, *, log: Log) -> dict[str, Path]:
             "premise_entropy": plot_entropy(t["entropy_positions"])}
     if "relay_passk" in t:
         figs["premise_relay"] = plot_relay_passk({"countdown (held-out)": t["relay_passk"]})
+    if "seed_lift_by_depth" in t:
+        figs["premise_seed_lift"] = plot_seed_lift(t["seed_lift_by_depth"], t["seed_lift_by_age"])
     paths = {}
     for name, fig in figs.items():
         paths[name] = fdir / f"{name}.png"

@@ -102,6 +102,65 @@ def _mean_t(vals: Sequence[float], scale: float = 100.0, signed: bool = False, d
     return f"{format(scale * m, f)}" + ("" if hw is None else f" ± {format(scale * hw, f'.{digits}f')}")
 
 
+SUPPORT_PAIRS = (("warmup", "early"), ("warmup", "final"), ("final", "relay"), ("warmup", "relay"))
+
+
+def render_support(support: pd.DataFrame, k: int) -> list[str]:
+    """Issue #26's support table at one k: per ordered pair, the expected problems the later model gained, lost
+    and kept against the earlier one (``tsanalysis support``; paired bootstrap intervals over problems)."""
+    d = support[support["k"] == k]
+    problems = int(d["problems"].max()) if len(d) else 0
+    lines = [f"| at k = {k}, of {problems} problems | gained [95% CI] | lost [95% CI] | kept | net [95% CI] |",
+             "|---|---|---|---:|---|"]
+    for a, z in SUPPORT_PAIRS:
+        r = d[(d["from"] == a) & (d["to"] == z)]
+        if r.empty:
+            continue
+        r = r.iloc[0]
+        lines.append(f"| {a} → {z} | {r['gained']:.1f} [{r['gained_low']:.1f}, {r['gained_high']:.1f}] | "
+                     f"{r['lost']:.1f} [{r['lost_low']:.1f}, {r['lost_high']:.1f}] | {r['kept']:.1f} | "
+                     f"{r['net']:+.1f} [{r['net_low']:+.1f}, {r['net_high']:+.1f}] |")
+    return lines
+
+
+def support_reading(support: pd.DataFrame, k: int) -> str:
+    """One sentence from the support table: what the final checkpoint lost against the warm-up at k, and what the
+    relay regained against the final checkpoint."""
+    d = support[support["k"] == k].set_index(["from", "to"])
+    if ("warmup", "final") not in d.index:
+        return ""
+    wf = d.loc[("warmup", "final")]
+    text = (f"At k = {k} the final checkpoint lost {wf['lost']:.1f} [{wf['lost_low']:.1f}, {wf['lost_high']:.1f}] "
+            f"problems the warm-up solved and gained {wf['gained']:.1f} [{wf['gained_low']:.1f}, "
+            f"{wf['gained_high']:.1f}]")
+    if ("final", "relay") in d.index:
+        fr = d.loc[("final", "relay")]
+        text += (f"; the relay regained {fr['gained']:.1f} [{fr['gained_low']:.1f}, {fr['gained_high']:.1f}] "
+                 f"problems the final checkpoint does not solve, and lost {fr['lost']:.1f} [{fr['lost_low']:.1f}, "
+                 f"{fr['lost_high']:.1f}] it does")
+    return text + " (expected counts from each problem's unbiased pass@k)."
+
+
+def render_seed_lift(summary: pd.DataFrame | None, run: str) -> list[str]:
+    """Issue #26's restart values in a few lines (``tsanalysis seeds``'s summary of the ratio run)."""
+    if summary is None or summary.empty:
+        return [f"No seed-lift tables: the records of `{run}` carry no `source_correct` (written before the trainer "
+                "recorded it; train the run again)."]
+    r = summary.iloc[0]
+    rescued = ("" if not r["all_wrong_fresh"] else
+               f"; of the {int(r['all_wrong_fresh'])} prompts whose fresh group was all wrong, the seeds rescued "
+               f"{int(r['rescued'])} ({_pct(r['rescued_share'])} % [{_pct(r['rescued_low'])}, "
+               f"{_pct(r['rescued_high'])}])")
+    steps = int(r["seeded_steps"])
+    return [f"Over {steps} seeded step{'s' if steps != 1 else ''} of `{run}` ({int(r['lift_groups'])} prompt groups), the "
+            f"continuations' value from the seeds minus the fresh group's value of the same prompt (the G responses "
+            f"the refresh step wrote, graded whole): **{100 * r['lift_mean']:+.1f} points [{100 * r['lift_low']:+.1f}, "
+            f"{100 * r['lift_high']:+.1f}]** (value {_pct(r['value_seeded'])} vs {_pct(r['value_fresh'])} %)"
+            f"{rescued}. Zero-advantage groups: {_pct(r['zero_adv_seeded'])} % of the seeded groups, "
+            f"{_pct(r['zero_adv_fresh'])} % of their fresh groups. The lift mixes restarting from the seed with the "
+            "updates since the refresh (`contracts.seed_lift`)."]
+
+
 def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
     tdir = out / "tables"
     curves = pd.read_csv(tdir / "passk_curves.csv")
@@ -111,6 +170,8 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
     methods = pd.read_csv(tdir / "methods.csv")
     ent = pd.read_csv(tdir / "entropy_positions.csv")
     relay = pd.read_csv(tdir / "relay_passk.csv") if (tdir / "relay_passk.csv").is_file() else None
+    support = pd.read_csv(tdir / "support.csv") if (tdir / "support.csv").is_file() else None
+    lift = pd.read_csv(tdir / "seed_lift_summary.csv") if (tdir / "seed_lift_summary.csv").is_file() else None
     wsum = json.loads((out / "warmup" / "warmup_summary.json").read_text())
     stages = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
     timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).is_file() else {}
@@ -220,6 +281,13 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
                          f"{100 * r['diff']:+.1f} [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}] |")
         lines += ["", f"At k = {int(big['k'])}: relay − final = **{100 * big['diff']:+.1f} points "
                       f"[{100 * big['diff_low']:+.1f}, {100 * big['diff_high']:+.1f}]**.", ""]
+    if support is not None:
+        lines += ["## What RL lost and the relay recovers, problem by problem (`tsanalysis support`)", "",
+                  *render_support(support, K), "", support_reading(support, K), ""]
+    lines += ["## Restart value of the seeds (`tsanalysis seeds`, Thinking Seeds ratio run, seed 0)", "",
+              *render_seed_lift(lift, eval_name("seeds_ratio", 0)), ""]
+    if lift is not None:
+        lines += [f"![seed lift by cut depth and age]({rel}/premise_seed_lift.png)", ""]
     # methods
     lines += [
         "## Methods table (training seeds)",

@@ -35,6 +35,7 @@ from demo.miniature import T975
 from demo.pipeline import MARKER as ADDITION_MARKER
 from demo.pipeline import DemoError, Log, machine
 from demo.premise import _Stages, run_premise
+from demo.premise_page import render_seed_lift, render_support, support_reading
 from demo.premise_budget import MARKER, METHODS, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name, method_list
 from demo.premise_stats import N_BOOT
 from figures.make_all import make_all
@@ -97,7 +98,8 @@ def read_tables(out: Path) -> dict:
     t = Path(out) / "tables"
     tables = {name: pd.read_csv(t / f"{name}.csv") for name in ("passk_curves", "passk_diff", "methods",
                                                               "methods_vs_onpolicy", "distinct")}
-    tables["relay_passk"] = pd.read_csv(t / "relay_passk.csv") if (t / "relay_passk.csv").is_file() else None
+    for name in ("relay_passk", "support", "seed_lift_summary"):
+        tables[name] = pd.read_csv(t / f"{name}.csv") if (t / f"{name}.csv").is_file() else None
     tables["crossover"] = json.loads((t / "crossover.json").read_text())
     return tables
 
@@ -141,6 +143,16 @@ def headline(tables: dict) -> dict:
                                            "verdict": verdict(float(p["low"]), float(p["high"]))}
         rows.append(row)
     h["methods"] = rows
+    sup = tables.get("support")
+    if sup is not None:
+        d = sup[sup["k"] == K]
+        h["support"] = {f"{r['from']}->{r['to']}": {c: float(r[c]) for c in ("gained", "gained_low", "gained_high",
+                                                                           "lost", "lost_low", "lost_high", "kept")}
+                        for _, r in d.iterrows()}
+    lift = tables.get("seed_lift_summary")
+    if lift is not None and len(lift):
+        h["seed_lift"] = {c: float(lift.iloc[0][c]) for c in ("lift_mean", "lift_low", "lift_high", "rescued_share",
+                                                              "zero_adv_seeded", "zero_adv_fresh")}
     return h
 
 
@@ -169,6 +181,13 @@ def _reading(h: dict, b: PremiseBudget) -> list[str]:
             f"{_pct(r['relay'])} % against the final checkpoint's {_pct(r['final'])} %, "
             f"{_ci(r['diff'], r['low'], r['high'])} points — {_relay_word(r)}; at k = 1 it is "
             f"{_ci(r['k1']['diff'], r['k1']['low'], r['k1']['high'])} (`figures/fig2_relay.png`).")
+    sup = h.get("support", {})
+    if "warmup->final" in sup and "final->relay" in sup:
+        wf, fr = sup["warmup->final"], sup["final->relay"]
+        lines.append(f"   Problem by problem at k = {K}: the final checkpoint lost {wf['lost']:.1f} "
+                     f"[{wf['lost_low']:.1f}, {wf['lost_high']:.1f}] problems the warm-up solved, and the relay "
+                     f"regained {fr['gained']:.1f} [{fr['gained_low']:.1f}, {fr['gained_high']:.1f}] that the final "
+                     f"checkpoint does not solve (expected counts; table below).")
     parts = []
     for m in h["methods"]:
         if m["method"] == "onpolicy" or f"vs_onpolicy@{K}" not in m:
@@ -251,6 +270,14 @@ def render_summary(out: Path, b: PremiseBudget, report: dict, *, command: str) -
         for _, r in relay.iterrows():
             lines.append(f"| {int(r['k'])} | {_pct(r['early'])} | {_pct(r['relay'])} | {_pct(r['final'])} | "
                          f"{_ci(r['diff'], r['diff_low'], r['diff_high'])} |")
+    if tables["support"] is not None:
+        lines += ["", "## What RL lost and the relay recovers, problem by problem (`tsanalysis support`)", "",
+                  *render_support(tables["support"], K), "", support_reading(tables["support"], K)]
+    if "seeds_ratio" in method_list(b):
+        lines += ["", "## Restart value of the seeds (`tsanalysis seeds`, the ratio run)", "",
+                  *render_seed_lift(tables["seed_lift_summary"], eval_name("seeds_ratio", 0))]
+        if tables["seed_lift_summary"] is not None:
+            lines += ["", "By cut depth and seed age: `figures/premise_seed_lift.png`."]
     lines += ["", "## Methods (training seed 0)", "",
               f"| method | pass@1 % | pass@1 vs on-policy [95% CI] | pass@{K} % | pass@{K} vs on-policy [95% CI] | "
               f"distinct correct / problem | crossover k vs warm-up | train wall s |",

@@ -7,6 +7,8 @@ Inputs are the cached tables ``demo.premise`` writes under ``<out>/tables/`` (:f
 - ``passk_diff.csv``: model (early | final), k, diff, low, high (paired bootstrap of model − warm-up);
 - ``crossover.json``: {model: {crossover_k, low, high, ...}} (``demo.premise_stats.crossover_table``);
 - ``entropy_positions.csv``: step, position, entropy, tokens (on-policy rollouts of seed 0).
+- ``seed_lift_by_depth.csv`` / ``seed_lift_by_age.csv``: ``tsanalysis seeds``'s lift bins of the ratio run
+  (:func:`plot_seed_lift`).
 
 The relay figure is ``figures.fig2_relay.plot_relay_passk`` on ``relay_passk.csv``.
 """
@@ -22,9 +24,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .style import COLORS, figure_style, log2_k_axis, new_figure
+from .style import COLORS, RULE_COLORS, figure_style, log2_k_axis, new_figure
 
-__all__ = ["load_tables", "plot_passk_curves", "plot_entropy", "MODEL_COLORS", "MODEL_LABELS"]
+__all__ = ["load_tables", "plot_passk_curves", "plot_entropy", "plot_seed_lift", "MODEL_COLORS", "MODEL_LABELS"]
 
 MODEL_COLORS = {"warmup": "#555555", "early": "#E69F00", "final": "#0072B2"}
 MODEL_LABELS = {"warmup": "supervised warm-up", "early": "on-policy, early checkpoint",
@@ -136,6 +138,32 @@ def plot_entropy(entropy: pd.DataFrame, *, max_lines: int = 5, title: str | None
         ax.set_xlabel("RL step")
         ax.set_ylabel("token-mean entropy (nats)")
         ax.set_title("(b) entropy of the on-policy rollouts over training", loc="left")
+        if title:
+            fig.suptitle(title)
+    return fig
+
+
+def plot_seed_lift(by_depth: pd.DataFrame, by_age: pd.DataFrame, *, title: str | None = None) -> Figure:
+    """Restart value of the seeds (issue #26, ``tsanalysis seeds``'s ``by_depth`` / ``by_age``): the mean lift of a
+    seed's continuation over its prompt's fresh group (points; 95 % interval resampling groups) against (a) the cut
+    depth, as a fraction of the source response, and (b) the seed's age, steps since the refresh that wrote it."""
+    with figure_style():
+        fig, axes = new_figure(1, 2, figsize=(12.0, 4.0))
+        for ax, d, x, xlabel, head in (
+                (axes[0, 0], by_depth, (by_depth["depth_lo"] + by_depth["depth_hi"]) / 2 if len(by_depth) else [],
+                 "cut depth (fraction of the source response kept as the seed)", "(a) lift by cut depth"),
+                (axes[0, 1], by_age, by_age["age"] if len(by_age) else [], "seed age (RL steps since its refresh)",
+                 "(b) lift by seed age")):
+            ax.axhline(0.0, color=COLORS["zero"], linewidth=0.8)
+            if len(d):
+                y = 100 * d["lift_mean"].to_numpy()
+                err = np.stack([y - 100 * d["lift_low"].to_numpy(), 100 * d["lift_high"].to_numpy() - y])
+                ax.errorbar(x, y, yerr=err, color=RULE_COLORS["ratio"], marker="o", capsize=3)
+            else:
+                ax.text(0.5, 0.5, "no seeded rows", ha="center", va="center", transform=ax.transAxes)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("continuation − fresh group, points")
+            ax.set_title(head, loc="left")
         if title:
             fig.suptitle(title)
     return fig

@@ -123,7 +123,8 @@ def toy(tmp_path_factory):
 @pytest.mark.slow
 def test_toy_regime_writes_every_table_figure_and_the_page(toy):
     out, doc, res, _ = toy
-    for name in ("passk_curves", "passk_diff", "distinct", "methods", "entropy_positions", "relay_passk"):
+    for name in ("passk_curves", "passk_diff", "distinct", "methods", "entropy_positions", "relay_passk", "support",
+                 "seed_lift_summary", "seed_lift_by_depth", "seed_lift_by_age"):
         assert (out / "tables" / f"{name}.csv").is_file(), name
     assert set(json.loads((out / "tables" / "crossover.json").read_text())) == {"early", "final"}
     for name in ("premise_passk", "premise_entropy", "premise_relay"):
@@ -222,12 +223,13 @@ def test_main_job_writes_figures_2_to_5_the_paired_table_and_the_summary(toy):
     from demo.reduced import FIGURES, SUMMARY
 
     out, _, _, _ = toy
-    for name in (*FIGURES, "premise_passk", "premise_entropy", "premise_relay"):
+    for name in (*FIGURES, "premise_passk", "premise_entropy", "premise_relay", "premise_seed_lift"):
         png = (out / "figures" / f"{name}.png").read_bytes()
         assert png[:8] == PNG_MAGIC and len(png) > 5000, name
     summary = (out / SUMMARY).read_text()
     for section in ("## What to see", "**What the reduction costs**", "## pass@k: warm-up, early, final",
-                    "## Relay (Figure 2)", "## Methods (training seed 0)", "## Cost", "figures/fig2_relay.png"):
+                    "## Relay (Figure 2)", "## Methods (training seed 0)", "## Cost", "figures/fig2_relay.png",
+                    "## What RL lost and the relay recovers", "## Restart value of the seeds"):
         assert section in summary, section
     assert "Figures 2-5 (+ Lemma 4, mismatch)" in json.loads((out / "stages.json").read_text())
     h = json.loads((out / "summary.json").read_text())["headline"]
@@ -338,3 +340,44 @@ def test_demo_flags_and_an_addition_folder_get_one_line_exit_2(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds an addition demo" in err[0] and "--task addition --out" in err[0]
     assert (old / "summary.md").read_text() == "an addition demo\n"      # nothing touched
+
+
+@pytest.mark.slow
+def test_support_and_seed_lift_tables_are_those_of_the_tsanalysis_commands(toy):
+    from tsanalysis.support import support_tables
+    from tsanalysis.tables import seeds_tables
+
+    out, _, _, _ = toy
+    sup = pd.read_csv(out / "tables" / "support.csv")
+    pairs = set(zip(sup["from"], sup["to"]))
+    assert {("warmup", "early"), ("warmup", "final"), ("final", "relay"), ("early", "relay")} <= pairs
+    want = support_tables(out / "eval", models=["warmup", "early", "onpolicy-seed0", "relay"],
+                          relay=out / "analysis" / "relay" / "countdown-early-to-final-cut0.5", log=lambda m: None)
+    w = want["support"].replace({"from": {"onpolicy-seed0": "final"}, "to": {"onpolicy-seed0": "final"}})
+    assert list(zip(sup["from"], sup["to"], sup["k"])) == list(zip(w["from"], w["to"], w["k"]))
+    for c in ("gained", "lost", "kept"):
+        assert sup[c].to_numpy() == pytest.approx(w[c].to_numpy()), c
+    lift = pd.read_csv(out / "tables" / "seed_lift_summary.csv").iloc[0]
+    direct = seeds_tables(out / "runs" / "seeds_ratio-seed0")["summary"].iloc[0]
+    assert lift["groups"] == direct["groups"] > 0 and lift["seeded_steps"] == direct["seeded_steps"] >= 1
+    assert lift["lift_mean"] == pytest.approx(direct["lift_mean"], nan_ok=True)
+
+
+def test_support_section_reads_the_measured_counts():
+    """The support rows and the sentence from a table of the counts `python -m demo` measured at k = 64 (warm-up ->
+    final lost 50 and gained 2 of 200; final -> relay gained 39 and lost 5)."""
+    from demo.premise_page import render_support, support_reading
+
+    cols = ["from", "to", "k", "problems", "gained", "gained_low", "gained_high", "lost", "lost_low", "lost_high",
+            "kept", "net", "net_low", "net_high"]
+    sup = pd.DataFrame([("warmup", "final", 64, 200, 2.0, 0.0, 5.0, 50.0, 38.0, 62.0, 142.0, -48.0, -60.0, -36.0),
+                        ("final", "relay", 64, 200, 39.0, 28.0, 50.0, 5.0, 1.0, 10.0, 139.0, 34.0, 22.0, 46.0),
+                        ("warmup", "final", 8, 200, 9.0, 5.0, 13.0, 30.0, 22.0, 38.0, 100.0, -21.0, -30.0, -12.0)],
+                       columns=cols)
+    rows = render_support(sup, 64)
+    assert rows[0].startswith("| at k = 64, of 200 problems |") and len(rows) == 4
+    assert rows[2] == "| warmup → final | 2.0 [0.0, 5.0] | 50.0 [38.0, 62.0] | 142.0 | -48.0 [-60.0, -36.0] |"
+    assert rows[3] == "| final → relay | 39.0 [28.0, 50.0] | 5.0 [1.0, 10.0] | 139.0 | +34.0 [+22.0, +46.0] |"
+    text = support_reading(sup, 64)
+    assert "lost 50.0 [38.0, 62.0] problems the warm-up solved and gained 2.0 [0.0, 5.0]" in text
+    assert "the relay regained 39.0 [28.0, 50.0] problems" in text
