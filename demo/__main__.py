@@ -2,12 +2,12 @@
 
 The main job (``demo.reduced``) runs the regime where the premise of the paper shows: countdown, whose problems
 have several solutions; a tiny model warmed up on one random solution per problem; on-policy DAPO with an early
-checkpoint, Thinking Seeds (ratio and entropy rules, state+action), LUFFY and M2PO with the same budget; every
+checkpoint, Thinking Seeds (ratio rule, state+action) and LUFFY with the same budget; every
 model scored with n = 64 on 200 held-out problems (pass@k up to k = 64); the relay between the early and the final
 on-policy checkpoint; the crossover k; Figures 2-5; and ``summary.md``, which leads with the narrowing, the relay's
 gain at k = 64 and where each method sits at pass@1 and pass@64, saying plainly when an effect is within noise.
-It is ``--premise`` with one training seed per method instead of three (and without its `state` row): about ten
-minutes on 2 idle cores. Output ``runs/demo`` (``--toy``: the same job at the tests' size, seconds; runs/demo-toy).
+It is ``--premise`` with one training seed per method instead of three, and three of its six rows (no entropy
+rule, `state` variant or M2PO; ``python -m demo.premise --budget reduced --methods ...`` adds rows). Output ``runs/demo`` (``--toy``: the same job at the tests' size, seconds; runs/demo-toy).
 
 ``--task addition``: the addition miniature of earlier versions (every method of Tables 1-2 and Figures 2-5 on the
 embedded addition task, one solution per problem, where the premise does not show: 8 min 51 s on 2 idle cores on a
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None,
                    help="output folder (default runs/demo; runs/demo-toy, runs/demo-addition, runs/demo-quick)")
     p.add_argument("--seeds", type=int, default=1,
-                   help="training seeds per method (1; 3 is --premise's table for these five methods)")
+                   help="training seeds per method (1; 3 gives --premise's intervals over seeds for these rows)")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first and redo every stage")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 2 when the cores are idle, else 1; with other jobs on the cores "

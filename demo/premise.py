@@ -415,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the page to write (default OUT/premise.md for the premise budget, none for toy; "
                         "--doc docs/premise.md updates the committed page)")
     p.add_argument("--seeds", type=int, default=None, help="training seeds per method (default: the budget's, 3)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated table rows, onpolicy among them (default: the budget's); choose from "
+                        f"{', '.join(METHODS)}")
     p.add_argument("--write-only", action="store_true", help="only rewrite the figures and the page from the tables")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
     p.add_argument("--threads", type=int, default=None,
@@ -425,11 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds < 1:
             p.error("--seeds must be >= 1")
         b = replace(b, seeds=args.seeds)
+    if args.methods is not None:
+        b = replace(b, methods=args.methods)
     out = Path(args.out or ("runs/premise" if args.budget == "premise" else "runs/premise-toy"))
     # the page goes under the run folder; the committed docs/premise.md only when asked (--doc docs/premise.md)
     doc = args.doc or (str(out / "premise.md") if args.budget == "premise" else None)
 
     def body() -> int:
+        method_list(b)   # a bad --methods: one line, exit 2, before anything runs
         if args.write_only:
             analyse(out, b, log=print)
             draw(out, log=print)

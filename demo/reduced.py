@@ -3,8 +3,8 @@
 The premise (``demo.premise``, paper §3) is where the miniature shows what the paper is about: on-policy RL raises
 pass@1 while pass@k at large k falls (the policy narrows), and a relay from an early checkpoint recovers the lost
 large-k pass rate. This job runs that regime with its task, warm-up, RL budget, held-out split and n, but ONE
-training seed per method and five of its six methods (``demo.premise_budget.REDUCED``): the warm-up, on-policy DAPO
-with its early checkpoint, Thinking Seeds (ratio and entropy rules, state+action), LUFFY and M2PO, every model
+training seed per method and three of its six methods (``demo.premise_budget.REDUCED``): the warm-up, on-policy DAPO
+with its early checkpoint, Thinking Seeds (ratio rule, state+action) and LUFFY, every model
 scored with n = 64 (pass@k up to k = 64), the relay between early and final, the crossover k, then Figures 2-5
 (``figures.make_all``) from those runs, and ``summary.md`` / ``summary.json`` that lead with what a reader should
 see. Every number of the summary is read from the tables under ``OUT/tables`` (the premise's tables, plus
@@ -212,8 +212,10 @@ def _cost_of_reduction(b: PremiseBudget) -> str:
     premise_t = T975[PREMISE.seeds - 1]
     left_out = sorted(set(method_list(PREMISE)) - set(method_list(b)))
     return (
-        f"**What the reduction costs** against `python -m demo --premise`: {b.seeds} training seed(s) per method "
-        f"instead of {PREMISE.seeds}" + (f", and the row(s) {', '.join(left_out)} left out" if left_out else "")
+        f"**What the reduction costs** against `python -m demo --premise`: {b.seeds} training "
+        f"seed{'s' if b.seeds != 1 else ''} per method instead of {PREMISE.seeds}"
+        + (f", and the {', '.join(f'`{m}`' for m in left_out)} row{'s' if len(left_out) > 1 else ''} left out"
+           if left_out else "")
         + f". The warm-up, the RL budget, the {b.heldout} held-out problems and n = {b.eval_n} are "
         + ("the premise's" if (b.heldout, b.eval_n, b.total_steps) == (PREMISE.heldout, PREMISE.eval_n,
                                                                        PREMISE.total_steps) else "this budget's")

@@ -302,7 +302,7 @@ def test_the_summary_leads_with_the_tables_numbers_and_says_when_an_effect_is_wi
     assert "pass@1 -0.9 (within noise), pass@64 +8.5 (higher)" in lead
     assert "| Thinking Seeds, ratio 0.5 (state+action) | 27.5 | -0.9 [-4.0, +2.0] within noise | 84.0 | " \
            "+8.5 [+4.0, +13.0] higher |" in s
-    assert "1 training seed(s) per method instead of 3" in s and "t = 4.30" in s
+    assert "1 training seed per method instead of 3, and the `seeds_state` row left out" in s and "t = 4.30" in s
 
     other = tmp_path / "noise"
     _tables(other, pass64_high=0.01)          # the fall at pass@64 now has an interval reaching above 0
@@ -381,3 +381,24 @@ def test_support_section_reads_the_measured_counts():
     text = support_reading(sup, 64)
     assert "lost 50.0 [38.0, 62.0] problems the warm-up solved and gained 2.0 [0.0, 5.0]" in text
     assert "the relay regained 39.0 [28.0, 50.0] problems" in text
+
+
+def test_the_exploration_baselines_are_rows_the_premise_can_run(tmp_path, capsys):
+    """Issue #25: each new preset makes a valid run of the regime (the budget's sizes over the preset's method);
+    a --methods naming an unknown row is one line, exit 2, before anything is written."""
+    from demo.premise import main as premise_main
+    from demo.premise import rl_config
+
+    want = {"clip_cov": ("clip_cov", "none", "grpo"), "kl_cov": ("kl_cov", "none", "grpo"),
+            "passk": ("dapo", "none", "passk"), "w_reinforce": ("dapo", "none", "w_reinforce"),
+            "high_entropy": ("dapo", "high_entropy", "grpo")}
+    for method, (algorithm, token_mask, advantage) in want.items():
+        cfg = rl_config(method, TOY, out=tmp_path, seed=0, model=tmp_path / "warmup",
+                        train_file=tmp_path / "train.jsonl")
+        assert (cfg.algorithm, cfg.token_mask, cfg.advantage) == (algorithm, token_mask, advantage), method
+        assert (cfg.total_steps, cfg.prompts_per_step, cfg.task) == (TOY.total_steps, TOY.prompts_per_step,
+                                                                     "countdown")
+    out = tmp_path / "bad"
+    assert premise_main(["--budget", "toy", "--methods", "onpolicy,bogus", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "methods ['bogus']" in err[0] and not out.exists()
