@@ -317,8 +317,8 @@ def render_summary(out: Path, b: PremiseBudget, report: dict, *, command: str) -
               f"{', '.join(sorted({str(t['threads']) for t in timings.values()})) or '?'} torch thread(s).", "",
               "## Where everything is", "",
               "- `tables/*.csv`: every number above (`passk_curves`, `passk_diff`, `crossover.json`, `relay_passk`, "
-              "`methods`, `methods_vs_onpolicy`, `distinct`, `entropy_positions`); `notebooks/premise.ipynb` reads "
-              "them",
+              "`methods`, `methods_vs_onpolicy`, `distinct`, `entropy_positions`, `support`, `seed_lift_*`); "
+              "`notebooks/premise.ipynb` reads them",
               "- `runs/<method>-seed<k>/`: config.yaml, metrics.jsonl, rollouts/, checkpoints/",
               "- `eval/<model>/countdown.jsonl`: every sample with its verdict",
               "- `analysis/`: the relay's and each run's tsanalysis tables (Figures 2-5 read them)",
