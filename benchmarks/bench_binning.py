@@ -105,6 +105,7 @@ def write_synthetic_run(run_dir: str | Path, *, tokens: int, mean_len: int = 102
             "clipped_low": _list(offsets, clipped_low, b), "clipped_high": _list(offsets, clipped_high, b),
             "loss_mask": _list(offsets, loss_mask, b),
             "finish_reason": pa.array(["stop"] * n),
+            "source_len": pa.nulls(n, pa.int32()), "source_correct": pa.nulls(n, pa.bool_()),
         }
         table = pa.Table.from_arrays([cols[f.name] for f in ROLLOUT_SCHEMA], schema=ROLLOUT_SCHEMA)
         path = rollout_path(run_dir, step)
