@@ -227,8 +227,8 @@ def _cost_of_reduction(b: PremiseBudget) -> str:
         "`--seeds 3` or `--premise` before citing a difference between methods.")
 
 
-def render_summary(out: Path, b: PremiseBudget, report: dict, *, command: str) -> str:
-    tables = read_tables(out)
+def render_summary(out: Path, b: PremiseBudget, report: dict, *, command: str, tables: dict | None = None) -> str:
+    tables = read_tables(out) if tables is None else tables
     h = headline(tables)
     K = h["K"]
     wsum = json.loads((out / "warmup" / "warmup_summary.json").read_text())
@@ -353,9 +353,10 @@ def run_reduced(b: PremiseBudget, out: str | Path, *, fresh: bool = False, log: 
     with stages.stage("Figures 2-5 (+ Lemma 4, mismatch)", log) as st:
         report = draw_figures(out, b, log=log)
         st["note"] = f"{len(report['written'])} PNGs from the runs' tsanalysis tables"
-    summary = render_summary(out, b, report, command=command)
+    tables = read_tables(out)
+    summary = render_summary(out, b, report, command=command, tables=tables)
     atomic_write_text(out / SUMMARY, summary)
-    h = headline(read_tables(out))
+    h = headline(tables)
     atomic_write_json(out / "summary.json", {"budget": b.name, "headline": h, "figures": [str(p) for p in
                                                                                           report["written"]],
                                              "figures_skipped": report["skipped"], "figures_failed": report["failed"],
