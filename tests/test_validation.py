@@ -230,8 +230,8 @@ def test_validation_wakes_the_sleeping_engine_and_the_next_step_reuses_its_weigh
 @pytest.fixture(scope="module")
 def validated_run(tmp_path_factory, sft_policy_dir):
     out = tmp_path_factory.mktemp("val")
-    # lr 1e-3 overshoots: the policy gets worse, then partly recovers, so the best is neither the first validated
-    # step nor the last (which keep_checkpoints=1 keeps anyway)
+    # lr 1e-3 overshoots: the policy gets worse, then partly recovers (on the machines measured so far the best is
+    # neither the first validated step nor the last; test_retention_keeps_the_best_besides_the_newest pins that case)
     cfg = load_config(None, _overrides(out, sft_policy_dir, total_steps=6, val_before_train=True, keep_checkpoints=1,
                                        lr=1e-3))
     t0 = time.perf_counter()
@@ -239,8 +239,15 @@ def validated_run(tmp_path_factory, sft_policy_dir):
     return run, time.perf_counter() - t0
 
 
-# val/select (= val/addition/avg@4: correct of 16 problems x 4 samples) per validated step, measured at 2 threads
-PINNED = {BEFORE: 11 / 64, 1: 2 / 64, 3: 4 / 64, 5: 3 / 64}
+# The values themselves depend on the CPU's float kernels (an AVX-512 Xeon and an AMD EPYC sample different tokens
+# from the same weights), so nothing here pins them: validation must equal a separate eval.run of the same
+# checkpoint, and the best must be the argmax of what validation wrote.
+
+
+def _best_step(metrics) -> tuple[int, float]:
+    trained = [(m["step"], m["val/select"]) for m in metrics if "val/select" in m and m["step"] >= 0]
+    top = max(v for _, v in trained)
+    return min(s for s, v in trained if v == top), top   # the first step reaching the highest value
 
 
 def test_validation_equals_a_separate_eval_run_of_the_checkpoint(validated_run, tmp_path):
@@ -248,14 +255,19 @@ def test_validation_equals_a_separate_eval_run_of_the_checkpoint(validated_run, 
     from eval.run import run_eval
     run, wall = validated_run
     val = {m["step"]: m for m in _metrics(run) if "val/select" in m}
-    assert {s: m["val/select"] for s, m in val.items()} == pytest.approx(PINNED, abs=1e-12)
+    assert sorted(val) == [BEFORE, 1, 3, 5]
+    for m in val.values():   # correct of 16 problems x 4 samples
+        assert m["val/select"] == m["val/addition/avg@4"] and 0 <= m["val/select"] <= 1
+        assert (m["val/select"] * 64) == pytest.approx(round(m["val/select"] * 64), abs=1e-9)
+    best, _ = _best_step(_metrics(run))
     # eval.run of the best checkpoint (the link) and of the last, with n and limit as validation's, everything
     # else eval.run's defaults (the benchmark's temperature, top-p, budget and template; seed 0)
-    res = run_eval(EvalConfig(models=[str(run / "checkpoints" / "best"), str(run / "checkpoints" / "step_000005")],
-                              benchmarks=["addition"], n=4, limit=16, engine="hf", out=str(tmp_path / "eval"),
-                              progress=False), log=lambda m: None)
-    assert [r["model"] for r in res["reports"]] == ["run-step_000003", "run-step_000005"]   # best resolves to 3
-    for report, step in zip(res["reports"], (3, 5)):
+    steps = [best] + ([5] if best != 5 else [])
+    models = [str(run / "checkpoints" / "best")] + [str(run / "checkpoints" / f"step_{s:06d}") for s in steps[1:]]
+    res = run_eval(EvalConfig(models=models, benchmarks=["addition"], n=4, limit=16, engine="hf",
+                              out=str(tmp_path / "eval"), progress=False), log=lambda m: None)
+    assert [r["model"] for r in res["reports"]] == [f"run-step_{s:06d}" for s in steps]   # the link resolves
+    for report, step in zip(res["reports"], steps):
         assert report["avg"] == pytest.approx(val[step]["val/addition/avg@4"], abs=1e-12)
         ours = _rows(samples_dir(run, step) / "addition.jsonl")
         theirs = _rows(tmp_path / "eval" / report["model"] / "addition.jsonl")
@@ -274,15 +286,13 @@ def test_validation_equals_a_separate_eval_run_of_the_checkpoint(validated_run, 
 def test_best_is_the_argmax_and_survives_retention(validated_run):
     run, _ = validated_run
     metrics = _metrics(run)
-    trained = [(m["step"], m["val/select"]) for m in metrics if "val/select" in m and m["step"] >= 0]
-    top = max(v for _, v in trained)
-    want = min(s for s, v in trained if v == top)   # the first step reaching the highest value
-    assert want == 3   # not the before-training baseline (11/64, higher), not the last step
+    want, top = _best_step(metrics)   # the before-training baseline is never a candidate: it has no checkpoint
     best = ckpt.read_best(run)
-    assert best == {"step": 3, "metric": "mean_avg", "value": pytest.approx(4 / 64), "checkpoint": "step_000003"}
-    assert (run / "checkpoints" / "best").resolve().name == "step_000003"
+    name = f"step_{want:06d}"
+    assert best == {"step": want, "metric": "mean_avg", "value": pytest.approx(top, abs=1e-12), "checkpoint": name}
+    assert (run / "checkpoints" / "best").resolve().name == name
     kept = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))
-    assert kept == ["step_000003", "step_000005"]   # keep_checkpoints=1: the newest, and the best
+    assert kept == sorted({name, "step_000005"})   # keep_checkpoints=1: the newest, and the best
     before = next(m for m in metrics if m["step"] == BEFORE)
     assert set(before) >= {"val/addition/avg@4", "val/addition/pass@4", "val/select", "val/seconds"}
     assert (samples_dir(run, BEFORE) / "addition.jsonl").is_file()
@@ -341,7 +351,7 @@ def test_validation_with_the_vllm_engine_equals_eval_run_with_vllm(tmp_path, sft
     assert (r["validated"], r["engine"], r["dtype"], r["eval_dtype"], r["model"]) == \
         ([1], "vllm", "float32", "float32", "run-step_000001")
     assert r["ours"] == r["theirs"] and len(r["ours"]) == 16
-    assert r["val_avg"] == r["eval_avg"] == pytest.approx(12 / 64)
+    assert r["val_avg"] == r["eval_avg"] and 0 <= r["val_avg"] <= 1   # the value itself depends on the CPU's kernels
 
 
 def test_console_lines_show_validation(capsys):
