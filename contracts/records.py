@@ -27,7 +27,7 @@ ROLLOUT_SCHEMA = pa.schema([
     ("variant", pa.string()),            # on_policy | seed | luffy_off | stale
     ("seed_step", pa.int64()),           # nullable: step of the policy that wrote the seed
     ("seed_len", pa.int32()),            # seed tokens at the start of the response (0 if none)
-    ("trunc_rule", pa.string()),         # nullable: ratio | entropy
+    ("trunc_rule", pa.string()),         # nullable: ratio | entropy | adaptive
     ("trunc_token_id", pa.int32()),      # nullable: the cached token at the cut
     ("trunc_token_text", pa.string()),   # nullable
     ("prompt_ids", _i32),

@@ -75,7 +75,8 @@ BUDGETS = {"premise": PREMISE, "reduced": REDUCED, "toy": TOY}
 
 
 def _methods() -> dict[str, RunSpec]:
-    """The table's rows: on-policy, Thinking Seeds (ratio / entropy rule, state+action; ratio, state), LUFFY, M2PO."""
+    """The table's rows: on-policy, Thinking Seeds (ratio / entropy rule, state+action; ratio, state), LUFFY, M2PO;
+    opt-in: the 2025 exploration baselines and the restart distributions."""
     def T(b):
         return b.seed_interval
     return {
@@ -95,6 +96,20 @@ def _methods() -> dict[str, RunSpec]:
         "passk": RunSpec("passk", "mini_passk", "pass@k advantages, k 4 (2508.10751)"),
         "w_reinforce": RunSpec("w_reinforce", "mini_w_reinforce", "W-REINFORCE, lambda 0.1 (2506.01347)"),
         "high_entropy": RunSpec("high_entropy", "mini_high_entropy", "high-entropy tokens only, top 20 % (2506.01939)"),
+        # restart distributions (issue #25 item 3; trainer/algos/restarts.py): also opt-in rows
+        "restart_fr3e": RunSpec("restart_fr3e", "mini_restart_fr3e",
+                                "restart from this step's responses, entropy cut (FR3E-like, 2507.07017)"),
+        "restart_pool": RunSpec("restart_pool", "mini_restart_pool",
+                                "all-wrong prompts restart from past correct responses (PrefixRL-like, 2601.18795)",
+                                lambda b: {"seed_refresh_interval": T(b)}),
+        "restart_external": RunSpec("restart_external", "mini_restart_external",
+                                    "all-wrong prompts restart from half the solver trace (Prefix-RFT-like, 2507.01679)"),
+        "restart_adaptive": RunSpec("restart_adaptive", "mini_restart_adaptive",
+                                    "Thinking Seeds, cut chosen by estimated success (paper §7)",
+                                    lambda b: {"seed_refresh_interval": T(b)}),
+        "restart_all_wrong": RunSpec("restart_all_wrong", "mini_restart_all_wrong",
+                                     "Thinking Seeds, only all-wrong prompts restart",
+                                     lambda b: {"seed_refresh_interval": T(b)}),
     }
 
 

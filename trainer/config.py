@@ -26,10 +26,10 @@ from scoring.benchmarks.protocol import generation_settings
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
 from scoring.templates import TEMPLATES
 from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule,
-                           StaleLoss, TokenMask)
+                           SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
 from trainer.tracking import TrackerName
 
-__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "validation_warnings",
+__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "uses_traces", "validation_warnings",
            "val_settings", "val_metric_names",
            "loss_kwargs", "adv_kwargs", "to_dict",
            "ALGORITHMS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
@@ -173,6 +173,15 @@ class Config:
     seed_topk: int = 32                   # entropy rule: cut at one of the k highest-entropy positions
     seed_loss: SeedLoss = "state+action"  # state: seed tokens masked out; state+action: seed tokens use r = pi/pi_behavior
     seed_stale_loss: StaleLoss = "clip"   # clip (paper) | m2po: loss on seed tokens whose behavior policy is stale
+    # restart distributions (trainer/algos/restarts.py): what a seed is cut from -- refresh (the cycle checkpoint's
+    # responses: Thinking Seeds) | pool (the prompt's past correct responses, PrefixRL-like) | current (this step's
+    # own responses, FR3E-like) | external (the example's off_policy_key trace, Prefix-RFT-like; seed_loss=state)
+    seed_source: SeedSource = "refresh"
+    seed_trigger: SeedTrigger = "always"  # always: every prompt restarts | all_wrong: only prompts whose fresh group is
+                                          # all wrong (the fresh group is sampled first; the others train on it)
+    seed_adaptive_arms: int = 3           # seed_rule=adaptive: cut ratios i/(n+1), one chosen per row by Thompson
+                                          # sampling of the policy's success rate from such a state
+    seed_pool_size: int = 4               # seed_source=pool: the newest correct responses kept per prompt
     # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
     # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
     # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF
@@ -334,7 +343,7 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.overlong_buffer_tokens < cfg.max_response_tokens,
            "overlong_buffer_tokens must be smaller than max_response_tokens")
     _check(not (cfg.behavior_logprobs == "sampler" and cfg.engine != "hf" and cfg.algorithm == "seeds"
-                and cfg.seed_rule == "entropy"),
+                and cfg.seed_rule == "entropy" and cfg.seed_source in CYCLE_SOURCES),
            "seed_rule=entropy needs the behavior policy's entropies, which vLLM does not return: use "
            "behavior_logprobs=trainer (one no-grad forward of the trained module gives them), or engine=hf")
     _check(cfg.vllm_max_model_len is None or cfg.vllm_max_model_len >= cfg.max_prompt_tokens + cfg.max_response_tokens,
@@ -347,6 +356,12 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
         _check(0.0 <= cfg.seed_ratio <= 1.0, f"seed_ratio must lie in [0, 1], got {cfg.seed_ratio}")
         _check(cfg.seed_topk >= 1, "seed_topk must be >= 1")
         _check(cfg.seed_stale_loss != "m2po" or cfg.m2po_tau > 0, "m2po_tau must be > 0 (seed_stale_loss=m2po)")
+        _check(cfg.seed_source != "external" or cfg.seed_loss == "state",
+               "seed_source=external cuts seeds from reference traces, which have no behavior log-probs: use "
+               "seed_loss=state (the prefix is context, not trained), or algorithm=luffy to train on the traces")
+        _check(cfg.seed_adaptive_arms >= 2 or cfg.seed_rule != "adaptive",
+               f"seed_adaptive_arms must be >= 2 (seed_rule=adaptive chooses among them), got {cfg.seed_adaptive_arms}")
+        _check(cfg.seed_pool_size >= 1, f"seed_pool_size must be >= 1, got {cfg.seed_pool_size}")
     if cfg.algorithm == "luffy":
         _check(1 <= cfg.luffy_off_policy_per_group < cfg.samples_per_prompt,
                f"luffy_off_policy_per_group must be in [1, samples_per_prompt), got {cfg.luffy_off_policy_per_group}")
@@ -388,6 +403,11 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
         _check(cfg.model.split(":", 1)[1] in TINY_SIZES,
                f"model '{cfg.model}': tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
     validate_validation(cfg)
+
+
+def uses_traces(cfg: Config) -> bool:
+    """The run reads each example's reference trace (``off_policy_key``): LUFFY trains on it, seeds cut from it."""
+    return cfg.algorithm == "luffy" or (cfg.algorithm == "seeds" and cfg.seed_source == "external")
 
 
 def validation_on(cfg: Config) -> bool:

@@ -25,6 +25,7 @@ import numpy as np
 from contracts.jsonl import iter_jsonl
 from scoring.tasks import get_task
 from scoring.templates import SYSTEM_PROMPT, lcb_question, render_prompt
+from trainer.config import uses_traces
 
 
 class DataError(ValueError):
@@ -58,7 +59,8 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
 def load_examples(cfg) -> list[dict]:
     """Rows with 'id', 'prompt', 'answer' (and the off-policy field when present), from cfg's source."""
     required = [cfg.prompt_key, cfg.answer_key]
-    if cfg.algorithm == "luffy":
+    traces = uses_traces(cfg)
+    if traces:
         required.append(cfg.off_policy_key)
     if not cfg.train_file:
         task = get_task(cfg.task)
@@ -83,7 +85,7 @@ def load_examples(cfg) -> list[dict]:
         ex = dict(row)
         ex["prompt"] = _message_text(values[cfg.prompt_key])
         ex["answer"] = values[cfg.answer_key]
-        if cfg.algorithm == "luffy":
+        if traces:
             ex[cfg.off_policy_key] = _message_text(values[cfg.off_policy_key])
         ex["id"] = str(row.get("id", lineno))
         if code:

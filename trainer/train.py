@@ -202,6 +202,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                                 "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
                 if cfg.algorithm == "seeds":
                     metrics["seeds/token_factor"] = builder.generated_tokens / max(produced_tokens, 1)
+                    metrics.update(builder.restart_metrics)   # other restart distributions: what restarted, how deep
                 if cfg.log_rollouts:
                     write_rollouts(record_rows(cfg, step, rows, records, tokenizer), rollout_path(run_dir, step))
                 append_jsonl(run_dir / "metrics.jsonl", metrics)

@@ -21,7 +21,8 @@ from torch import Tensor
 
 SeedLoss = Literal["state+action", "state"]   # the config's `seed_loss`
 SEED_LOSS_VARIANTS = typing.get_args(SeedLoss)
-SeedRule = Literal["ratio", "entropy"]   # the config's `seed_rule`: ratio_seed_lengths | entropy_seed_lengths
+# the config's `seed_rule`: ratio_seed_lengths | entropy_seed_lengths | adaptive (trainer.algos.restarts.choose_arms)
+SeedRule = Literal["ratio", "entropy", "adaptive"]
 SEED_RULES = typing.get_args(SeedRule)
 
 # Ratios are turned into fractions with at most this denominator, so 0.3 is exactly 3/10 and

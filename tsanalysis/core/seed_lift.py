@@ -49,7 +49,7 @@ def seed_table(rows: pd.DataFrame) -> pd.DataFrame:
     rows: columns ``SEED_COLUMNS``; ``correct`` and ``source_correct`` 1/0 or NaN (ungraded), rows of one step in
     file order. A group is (step, prompt_id, rep) with rep = the occurrence of the row's sample_idx within the step and
     prompt (``lemma4.group_table``'s rule: a prompt drawn twice in one step is two groups). Adds: rep, group (an
-    integer id), age (step - seed_step), cut_frac (seed_len / source_len), category (the cut token's type),
+    integer id), age (step - seed_step; missing for a reference trace), cut_frac (seed_len / source_len), category (the cut token's type),
     value_fresh (V_fresh of the prompt), lift (y - V_fresh).
     """
     missing = set(SEED_COLUMNS) - set(rows.columns)
@@ -57,7 +57,8 @@ def seed_table(rows: pd.DataFrame) -> pd.DataFrame:
     d = rows.reset_index(drop=True).copy()
     d["rep"] = d.groupby(["step", "prompt_id", "sample_idx"]).cumcount().astype(np.int64)
     d["group"] = d.groupby(["step", "prompt_id", "rep"], sort=False).ngroup().astype(np.int64)
-    d["age"] = (d["step"] - d["seed_step"]).astype(np.int64)
+    # a reference trace (seed_source=external) was written by no policy: no age (pandas' missing integer)
+    d["age"] = (d["step"] - d["seed_step"]).astype("Int64")
     d["cut_frac"] = d["seed_len"] / d["source_len"].where(d["source_len"] > 0)
     d["category"] = [TR.categorize_token(t if isinstance(t, str) else None) for t in d["trunc_token_text"]]
     v = prompt_values(d["group"].to_numpy(), d["correct"].to_numpy(float), d["source_correct"].to_numpy(float))
