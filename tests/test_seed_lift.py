@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from contracts.records import read_rollouts
-from contracts.seed_lift import prompt_values, seed_lifts, step_summary
+from contracts.seed_lift import SUMMARY_KEYS, prompt_values, seed_lifts, step_summary
 from helpers_runs import make_row, write_run
 from inference.tiny import build_tokenizer
 from scoring.verdict import Verdict
@@ -169,21 +169,35 @@ def _mod3(task, responses, examples, **kw):
             for t in responses]
 
 
-@pytest.fixture(scope="module")
-def seeded_run(tmp_path_factory):
+def _train_seeded(out, **extra):
+    """The four-step seeded run (T = 4: a refresh step, then three seeded) with the inline grader; returns the run
+    folder, its metrics and how many responses the grader saw."""
+    seen = []
+
+    def grader(task, responses, examples, **kw):
+        seen.extend(responses)
+        return _mod3(task, responses, examples, **kw)
+
     mp = pytest.MonkeyPatch()
     import trainer.rollout as rollout
-    mp.setattr(rollout, "grade_task_batch", _mod3)
+    mp.setattr(rollout, "grade_task_batch", grader)
     try:
-        over = {"output_dir": str(tmp_path_factory.mktemp("lift")), "run_name": "r", "model": "tiny:1m",
+        over = {"output_dir": str(out), "run_name": "r", "model": "tiny:1m",
                 "task": "addition", "task_kwargs": json.dumps({"min_digits": 1, "max_digits": 1}),
                 "num_train_examples": 8, "prompts_per_step": 4, "samples_per_prompt": 4, "max_response_tokens": 8,
                 "micro_batch_size": 64, "total_steps": 4, "seed_refresh_interval": 4, "algorithm": "seeds",
-                "dynamic_sampling": False, "progress": False, "save_every": 0, "lr": 1e-3}
+                "dynamic_sampling": False, "progress": False, "save_every": 0, "lr": 1e-3, **extra}
         run_dir = train(load_config(None, [f"{k}={v}" for k, v in over.items()]), Dist())
     finally:
         mp.undo()
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return run_dir, metrics, len(seen)
+
+
+@pytest.fixture(scope="module")
+def seeded_run(tmp_path_factory):
+    run_dir, metrics, graded = _train_seeded(tmp_path_factory.mktemp("lift"))
+    assert graded == 16 + 3 * (16 + 16)   # the refresh step's 16 rows; each seeded step its 16 rows and 16 sources
     return run_dir, metrics
 
 
@@ -223,6 +237,23 @@ def test_seeded_steps_log_lift_metrics_that_the_records_reproduce(seeded_run):
             ids = list(c["response_ids"])
             assert r.source_len == len(ids) and list(r.response_ids[: r.seed_len]) == ids[: r.seed_len]
             assert r.source_correct == _mod3("", [tok.decode(ids, skip_special_tokens=True)], [{}])[0].correct
+
+
+@pytest.mark.slow   # a second four-step run
+def test_seed_grade_sources_false_skips_the_source_grading_and_the_lift(tmp_path, capsys):
+    run_dir, metrics, graded = _train_seeded(tmp_path, seed_grade_sources="false")
+    assert graded == 4 * 16   # the trained rows only: no source graded whole
+    for m in metrics[1:]:
+        logged = {k for k in SUMMARY_KEYS if f"seeds/{k}" in m}   # the lift summary's keys this step logged
+        assert logged == {"lift_prompts", "zero_adv_share"} and m["seeds/lift_prompts"] == 0
+        assert 0.0 <= m["seeds/zero_adv_share"] <= 1.0 and m["seeds/cont_tokens"] > 0
+    rows = read_rollouts(run_dir).to_pandas()
+    seeded = rows[rows["variant"] == "seed"]
+    assert len(seeded) == 3 * 16 and seeded["source_correct"].isna().all() and seeded["source_len"].notna().all()
+    # no fresh value to compare with: `tsanalysis seeds` says so in one line
+    capsys.readouterr()   # the training run's own lines
+    assert tsanalysis_main(["seeds", str(run_dir), "--out", str(tmp_path / "an")]) == 2
+    assert "seed_grade_sources=false" in _one_error_line(capsys) and not (tmp_path / "an").exists()
 
 
 @pytest.mark.slow   # uses the four-step run

@@ -182,6 +182,9 @@ class Config:
     seed_adaptive_arms: int = 3           # seed_rule=adaptive: cut ratios i/(n+1), one chosen per row by Thompson
                                           # sampling of the policy's success rate from such a state
     seed_pool_size: int = 4               # seed_source=pool: the newest correct responses kept per prompt
+    seed_grade_sources: bool = True       # grade each seed's source response whole: the fresh value the seeds/lift_*
+                                          # metrics and the records' source_correct compare with (false: one grading
+                                          # batch fewer per seeded step; no lift; pool sources are graded regardless)
     # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
     # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
     # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF

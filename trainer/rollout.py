@@ -258,6 +258,8 @@ class RolloutBuilder:
                                       seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
                                       trunc_token_id=cut, behavior_logp=behavior, source_len=len(c["response_ids"]),
                                       sampler_logp=[math.nan] * m + list(cont.logprobs)))
+        if not cfg.seed_grade_sources:
+            return self.reward(rows)
         # the fresh value of each prompt (contracts.seed_lift): its G cached responses graded whole, in the same batch
         sources = [self._row(ex, -1, g, cache[k * G + g]["response_ids"], cache[k * G + g]["finish_reason"])
                    for k, ex in enumerate(buf["batches"][j]) for g in range(G)]
@@ -405,16 +407,17 @@ class RolloutBuilder:
         return rows
 
     def _complete(self, exs: list[int], sources: list[list[dict]]) -> None:
-        """Fill in what the sources lack and the step needs: the verdict (one grading batch, never generation),
-        the behavior log-probs (seed_loss=state+action reads them on seed tokens) and the entropies (the entropy
-        rule), both from one no-grad forward of the trained module. A source shared by several rows is done once."""
+        """Fill in what the sources lack and the step needs: the verdict (one grading batch, never generation; skipped
+        with seed_grade_sources=false), the behavior log-probs (seed_loss=state+action reads them on seed tokens) and
+        the entropies (the entropy rule), both from one no-grad forward of the trained module. A source shared by
+        several rows is done once."""
         cfg = self.cfg
         uniq: dict[int, tuple[int, dict]] = {}
         for ex, srcs in zip(exs, sources):
             for s in srcs:
                 uniq.setdefault(id(s), (ex, s))
         todo = [(ex, s) for ex, s in uniq.values() if s["correct"] is None and "graded" not in s]
-        if todo:
+        if todo and cfg.seed_grade_sources:
             graded = self.reward([self._row(ex, -1, 0, s["response_ids"], s["finish_reason"]) for ex, s in todo])
             for (_, s), r in zip(todo, graded):
                 s["correct"] = None if r.verdict in UNGRADED_VERDICTS else r.correct

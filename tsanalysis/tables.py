@@ -240,7 +240,12 @@ def seeds_tables(run_dir, *, steps=None, n_bins: int = 5, width: int = 64, n_boo
     if not parts:
         raise io.RecordsError(f"'{run_dir}': no seeded rows (variant 'seed') in the selected steps "
                               f"(seeded steps exist only in Thinking Seeds runs, after the first refresh)")
-    seeds = SL.seed_table(pd.concat(parts, ignore_index=True).drop(columns=["variant", "verdict"]))
+    rows = pd.concat(parts, ignore_index=True)
+    if rows["source_correct"].isna().all():
+        raise io.RecordsError(f"'{run_dir}': no seed row's source response was graded (the run was trained with "
+                              f"seed_grade_sources=false, or every source was ungraded), so there is no fresh value "
+                              f"to compare the continuations with; train with seed_grade_sources=true")
+    seeds = SL.seed_table(rows.drop(columns=["variant", "verdict"]))
     seeds["depth_bin"] = SL.depth_bin(seeds["seed_len"], seeds["source_len"], n_bins)
     seeds["depth_lo"], seeds["depth_hi"] = seeds["depth_bin"] / n_bins, (seeds["depth_bin"] + 1) / n_bins
     seeds["tokens_lo"] = (seeds["seed_len"] // width) * width
