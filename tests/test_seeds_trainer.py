@@ -33,11 +33,18 @@ def test_generated_tokens_follow_the_token_factor_exactly(tmp_path, ratio, T):
     # With EOS ignored every response has exactly L = 16 tokens: the refresh writes T·B·G·L tokens and each later
     # batch regenerates L - round(L·ratio) tokens per response, so one cycle costs token_factor(ratio, T).
     L, B, G = 16, 4, 4
-    _, metrics = run(tmp_path, algorithm="seeds", seed_ratio=ratio, seed_refresh_interval=T, ignore_eos=True,
-                     dynamic_sampling=False, total_steps=T, max_response_tokens=L)
+    run_dir, metrics = run(tmp_path, algorithm="seeds", seed_ratio=ratio, seed_refresh_interval=T,
+                           ignore_eos=True, dynamic_sampling=False, total_steps=T, max_response_tokens=L)
     per_step = [m["tokens/generated"] for m in metrics]
     assert per_step == [T * B * G * L] + [B * G * (L - round(L * ratio))] * (T - 1)
     assert metrics[-1]["seeds/token_factor"] == pytest.approx(token_factor(ratio, T), abs=1e-12)
+    # the context the sampler was given: a seeded row prefills its prompt and its seed; the refresh step the
+    # prompts of all T batches (its own batch's, recorded at step 0, and those the seeded steps continue)
+    rows = read_rollouts(run_dir).to_pylist()
+    prompt_tokens = {s: sum(len(r["prompt_ids"]) for r in rows if r["step"] == s) for s in range(T)}
+    prefilled = [m["tokens/prefilled"] for m in metrics]
+    assert prefilled[0] == sum(prompt_tokens.values())
+    assert prefilled[1:] == [prompt_tokens[s] + B * G * round(L * ratio) for s in range(1, T)]
 
 
 def test_seed_records_mark_seeds_cut_tokens_and_behavior(tmp_path):

@@ -145,6 +145,7 @@ class RolloutBuilder:
     restart_metrics: dict = field(default_factory=dict)   # the step's seeds/* restart counts (``_restart``)
     stale_queue: list = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
     generated_tokens: int = 0        # cumulative tokens sampled by the policy (all ranks)
+    prefilled_tokens: int = 0        # cumulative context tokens (prompt, and seed) the sampler was given (all ranks)
     behavior_s: float = 0.0          # cumulative seconds in the no-grad behavior forward (logged, not resumed)
     _next_group: int = 0
     _opens_think: bool | None = None
@@ -513,6 +514,7 @@ class RolloutBuilder:
         empty = [] if logprobs else None
         comps = [merged.get(i) or Completion([], "length", empty, empty) for i in range(len(prompts))]
         self.generated_tokens += sum(len(c.token_ids) for c in comps)
+        self.prefilled_tokens += sum(len(p) for p, b in zip(prompts, budgets) if b > 0)
         return comps
 
     def reward(self, rows: list[Rollout]) -> list[Rollout]:
@@ -563,12 +565,13 @@ class RolloutBuilder:
     # --- checkpointed state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"seed_buffer": self.seed_buffer, "stale_queue": self.stale_queue,
-                "generated_tokens": self.generated_tokens, "seed_pool": self.seed_pool, "arm_stats": self.arm_stats}
+                "generated_tokens": self.generated_tokens, "prefilled_tokens": self.prefilled_tokens, "seed_pool": self.seed_pool, "arm_stats": self.arm_stats}
 
     def load_state_dict(self, state: dict) -> None:
         self.seed_buffer = state["seed_buffer"]
         self.stale_queue = state["stale_queue"]
         self.generated_tokens = state["generated_tokens"]
+        self.prefilled_tokens = state.get("prefilled_tokens", 0)   # states written before it was counted
         self.seed_pool = state.get("seed_pool", {})     # states written before restart distributions have neither
         self.arm_stats = state.get("arm_stats")
 

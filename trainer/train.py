@@ -169,6 +169,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                 sync_rollout_weights(sampler, engine_model, model)
             fresh = False
             gen_before, behavior_before = builder.generated_tokens, builder.behavior_s
+            prefill_before = builder.prefilled_tokens
             rows, kept, metrics = collect_step(builder, cfg, step)   # dynamic sampling (trainer/sampling.py)
             metrics.update(sync_check_metrics(sampler))
             if hasattr(sampler, "sleep"):
@@ -198,6 +199,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                 if cfg.algorithm == "luffy":
                     metrics["data/luffy_prompts_dropped"] = prompts.dropped["luffy_trace_too_long"]
                 metrics.update({"step": step, "tokens/generated": builder.generated_tokens - gen_before,
+                                "tokens/prefilled": builder.prefilled_tokens - prefill_before,
                                 "time/step_s": t_step, "time/gen_s": t_gen, "time/train_s": t_step - t_gen,
                                 "time/behavior_s": builder.behavior_s - behavior_before})   # inside time/gen_s
                 if cfg.algorithm == "seeds":
