@@ -59,15 +59,16 @@ from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from demo.pipeline import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
 from demo.premise_budget import (BUDGETS, HELDOUT_SEED, MARKER, METHODS, STAGES, TIMINGS, TRAIN_SEED, WARMUP_SEED,
-                                 PremiseBudget, eval_name, method_list)
+                                 PremiseBudget, curve_name, curve_steps, eval_name, method_list)
 from demo.premise_page import write_page
-from demo.premise_stats import N_BOOT, crossover_k, crossover_table, curve_table, distinct_correct, per_problem
+from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
+                                per_problem)
 from eval.config import EvalConfig
 from eval.report import format_report
 from eval.run import run_eval
 from eval.samples import read_samples
 from figures.fig2_relay import plot_relay_passk
-from figures.premise import load_tables, plot_entropy, plot_passk_curves, plot_seed_lift
+from figures.premise import load_tables, plot_entropy, plot_frontier, plot_passk_curves, plot_seed_lift
 from figures.style import DPI, use_headless_backend
 from scoring.tasks import countdown
 from scoring.tasks.make import write_jsonl
@@ -191,7 +192,7 @@ def train_all(out: Path, b: PremiseBudget, *, warm: Path, data: dict, log: Log, 
     cfgs = {}
     for seed in range(1 if only_first else b.seeds):
         for method in (["onpolicy"] if only_first else method_list(b)):
-            keep = (b.early_step,) if (method == "onpolicy" and seed == 0) else ()
+            keep = ((b.early_step,) if (method == "onpolicy" and seed == 0) else ()) + tuple(curve_steps(b))
             # run_config names a run <name> for seed 0 and <name>-seed<k> otherwise: <method>-seed<k> for every seed
             cfg = rl_config(method, b, out=out, seed=seed, model=warm, train_file=data["train"], save_steps=keep,
                             name=eval_name(method, 0) if seed == 0 else method)
@@ -203,8 +204,9 @@ def train_all(out: Path, b: PremiseBudget, *, warm: Path, data: dict, log: Log, 
                                          "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
                 atomic_write_json(tfile, timings, indent=1)
             models = [(cfg.run_name, checkpoint(cfg, b.total_steps))]
-            if keep:
+            if method == "onpolicy" and seed == 0:
                 models.append(("early", checkpoint(cfg, b.early_step)))
+            models += [(curve_name(method, seed, st), checkpoint(cfg, st)) for st in curve_steps(b)]
             evaluate(models, b, heldout=data["heldout"], root=out / "eval", n=b.eval_n, log=log)
     return cfgs
 
@@ -218,6 +220,61 @@ def run_relay_stage(out: Path, b: PremiseBudget, *, early: Path, final: Path, he
                                        out=rdir, batch_problems=16, log=lambda m: log(f"  {m}"))
     write_results(rdir, tables, settings)
     return tables["relay_passk"]
+
+
+TOKENS = ("generated", "prefilled", "trained")
+CURVE_COLUMNS = ["method", "seed", "step", "pass@1", "pass@k", "k", *[f"tokens_{t}" for t in TOKENS],
+                 "train_wall_s"]
+MATCHED_COLUMNS = ["method", "seed", "k", "target_pass@1", "reached", "step", "pass@k", "onpolicy_pass@k", "diff",
+                   "final_pass@1", "compute_tokens", "pass@k_at_compute", "onpolicy_pass@k_at_compute",
+                   "diff_at_compute"]
+
+
+def _tokens(metrics: list[dict], steps: int) -> dict:
+    """The tokens a run generated, prefilled and trained in its first ``steps`` steps (``tokens/*`` metrics)."""
+    return {f"tokens_{t}": int(sum(x.get(f"tokens/{t}", 0) for x in metrics if x["step"] < steps)) for t in TOKENS}
+
+
+def _curve_rows(method: str, seed: int, points: list[tuple[int, dict]], metrics: list[dict], ks: Sequence[int],
+                ids: list[str]) -> list[dict]:
+    """One row per scored checkpoint of a run (step 0: the warm-up): pass@1 and pass@k at the largest k, and the
+    tokens and wall seconds spent up to it. A checkpoint scored on other problems (unfinished) is left out."""
+    j1, jk = list(ks).index(1), len(ks) - 1
+    rows = []
+    for step, v in points:
+        if v["ids"] != ids:
+            continue
+        rows.append({"method": method, "seed": seed, "step": step, "pass@1": float(v["m"][:, j1].mean()),
+                     "pass@k": float(v["m"][:, jk].mean()), "k": int(ks[jk]), **_tokens(metrics, step),
+                     "train_wall_s": sum(x.get("time/step_s", 0.0) for x in metrics if x["step"] < step)})
+    return rows
+
+
+def matched_rows(curve: list[dict], k: int) -> list[dict]:
+    """Per (method, seed), against on-policy of the same training seed (``at_first_reach`` along the scored
+    checkpoints): matched pass@1 -- its pass@k where its pass@1 first reaches on-policy's final pass@1, and
+    on-policy's own pass@k there (``reached`` False: not within the budget); matched compute -- both runs' pass@k
+    at C = the smaller of their final generated-token counts, and the difference."""
+    d = pd.DataFrame(curve)
+    out = []
+    if d.empty:
+        return out
+    for (method, seed), g in d.groupby(["method", "seed"]):
+        g = g.sort_values("step")
+        ref = d[(d["method"] == "onpolicy") & (d["seed"] == seed)].sort_values("step")
+        if ref.empty:
+            continue
+        target = float(ref["pass@1"].iloc[-1])
+        hit = at_first_reach(g["step"], g["pass@1"], g["pass@k"], target)
+        own = at_first_reach(ref["step"], ref["pass@1"], ref["pass@k"], target)["y"]
+        c = float(min(g["tokens_generated"].iloc[-1], ref["tokens_generated"].iloc[-1]))
+        at_c = at_first_reach(g["step"], g["tokens_generated"], g["pass@k"], c)["y"]
+        on_c = at_first_reach(ref["step"], ref["tokens_generated"], ref["pass@k"], c)["y"]
+        out.append({"method": method, "seed": seed, "k": k, "target_pass@1": target, "reached": hit["reached"],
+                    "step": hit["step"], "pass@k": hit["y"], "onpolicy_pass@k": own, "diff": hit["y"] - own,
+                    "final_pass@1": float(g["pass@1"].iloc[-1]), "compute_tokens": c, "pass@k_at_compute": at_c,
+                    "onpolicy_pass@k_at_compute": on_c, "diff_at_compute": at_c - on_c})
+    return out
 
 
 def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
@@ -253,7 +310,8 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                          "distinct_multi": float(v["distinct"][multi].mean()) if multi.any() else math.nan,
                          "solved": float((v["c"] > 0).mean()), "problems": len(ids), "n": int(v["n"].min())})
     # the methods table: per (method, seed) pass@k and distinct solutions; crossover against the warm-up
-    mrows, per_run = [], {}
+    mrows, per_run, curve = [], {}, []
+    timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).is_file() else {}
     for method in method_list(b):
         for seed in range(b.seeds):
             f = root / eval_name(method, seed) / "countdown.jsonl"
@@ -270,7 +328,11 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                           "distinct_correct": float(v["distinct"].mean()),
                           "crossover_k": crossover_k(ks, (v["m"] - base["warmup"]["m"]).mean(axis=0)),
                           "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m),
-                          "tokens_generated": int(sum(x.get("tokens/generated", 0) for x in m))})
+                          "train_cpu_s": timings.get(eval_name(method, seed), {}).get("cpu_s", math.nan),
+                          **_tokens(m, b.total_steps)})
+            curve += _curve_rows(method, seed, [(0, base["warmup"]), *[
+                (st, model(curve_name(method, seed, st))) for st in curve_steps(b)
+                if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()], (b.total_steps, v)], m, ks, ids)
     # every method against on-policy of the same training seed, paired over the problems, at every k (the only
     # interval a one-seed table has: it holds the held-out sampling noise, not the spread over training seeds)
     paired = []
@@ -282,7 +344,8 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
             p = paired_bootstrap(m[:, j], on[:, j], n_boot=N_BOOT)
             paired.append({"method": method, "seed": seed, "k": int(k), **p})
     tables = {"passk_curves": curves, "passk_diff": pd.DataFrame(diffs), "distinct": pd.DataFrame(distinct),
-              "methods": pd.DataFrame(mrows),
+              "methods": pd.DataFrame(mrows), "training_curve": pd.DataFrame(curve, columns=CURVE_COLUMNS),
+              "matched_pass1": pd.DataFrame(matched_rows(curve, b.eval_n), columns=MATCHED_COLUMNS),
               "methods_vs_onpolicy": pd.DataFrame(paired, columns=["method", "seed", "k", "diff", "low", "high",
                                                                    "p_value"])}
     ent_run = out / "runs" / eval_name("onpolicy", 0)
@@ -324,7 +387,7 @@ def support_and_lift(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, pd.D
 
 
 def draw(out: Path, *, log: Log) -> dict[str, Path]:
-    """The PNGs from the cached tables: ``out/figures/premise_{passk,entropy,relay}.png``."""
+    """The PNGs from the cached tables: ``out/figures/premise_{passk,entropy,relay,frontier,seed_lift}.png``."""
     use_headless_backend()
     t = load_tables(out)
     fdir = out / "figures"
@@ -333,6 +396,8 @@ def draw(out: Path, *, log: Log) -> dict[str, Path]:
             "premise_entropy": plot_entropy(t["entropy_positions"])}
     if "relay_passk" in t:
         figs["premise_relay"] = plot_relay_passk({"countdown (held-out)": t["relay_passk"]})
+    if "training_curve" in t and len(t["training_curve"]):
+        figs["premise_frontier"] = plot_frontier(t["training_curve"], labels={m: s.paper for m, s in METHODS.items()})
     if "seed_lift_by_depth" in t:
         figs["premise_seed_lift"] = plot_seed_lift(t["seed_lift_by_depth"], t["seed_lift_by_age"])
     paths = {}

@@ -46,6 +46,8 @@ class PremiseBudget:
     eval_n: int = 64               # samples per problem (pass@k for k <= eval_n)
     relay_n: int = 64
     seeds: int = 3                 # training seeds per method of the table
+    curve_every: int = 10          # every run also keeps and scores its checkpoint each this many steps (the
+                                   # pass@1 / pass@k frontier, matched pass@1 and compute); 0: the final one only
     methods: str = "onpolicy,seeds_ratio,seeds_entropy,seeds_state,luffy,m2po"
 
     @property
@@ -66,11 +68,11 @@ PREMISE = PremiseBudget(name="premise")
 # cores (2 torch threads, the warm-up at 1): warm-up + its scoring 317 s, on-policy + early/final scoring 162 s,
 # relay 93 s, the seeded run 144 s of training; the entropy-rule and M2PO rows were left out to stay near ten
 # minutes (`python -m demo.premise --budget reduced --methods onpolicy,seeds_ratio,seeds_entropy,luffy,m2po` has them).
-REDUCED = PremiseBudget(name="reduced", seeds=1, methods="onpolicy,seeds_ratio,luffy")
+REDUCED = PremiseBudget(name="reduced", seeds=1, methods="onpolicy,seeds_ratio,luffy", curve_every=0)
 # the tests' size of both (seconds): every stage and output of the reduced regime, each method a few steps
 TOY = PremiseBudget(name="toy", warmup_pool=500, warmup_steps=20, train_pool=200, total_steps=3,
                     prompts_per_step=4, samples_per_prompt=4, early_step=1, seed_interval=2, heldout=12,
-                    eval_n=8, relay_n=8, seeds=1, methods="onpolicy,seeds_ratio,seeds_entropy,luffy")
+                    eval_n=8, relay_n=8, seeds=1, methods="onpolicy,seeds_ratio,seeds_entropy,luffy", curve_every=1)
 BUDGETS = {"premise": PREMISE, "reduced": REDUCED, "toy": TOY}
 
 
@@ -118,6 +120,16 @@ METHODS = _methods()
 
 def eval_name(method: str, seed: int) -> str:
     return f"{method}-seed{seed}"
+
+
+def curve_steps(b: PremiseBudget) -> list[int]:
+    """The intermediate checkpoints every run keeps and scores (1-based step counts, the final one excluded)."""
+    return list(range(b.curve_every, b.total_steps, b.curve_every)) if b.curve_every > 0 else []
+
+
+def curve_name(method: str, seed: int, step: int) -> str:
+    """The eval name of a run's checkpoint after ``step`` steps (the final one is ``eval_name``)."""
+    return f"{eval_name(method, seed)}-step{step:03d}"
 
 
 def method_list(b: PremiseBudget) -> list[str]:

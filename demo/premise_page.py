@@ -24,8 +24,8 @@ from contracts.files import atomic_write_text
 from demo.miniature import T975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.pipeline import REPO, Log, machine
-from demo.premise_budget import (HELDOUT_SEED, METHODS, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name,
-                                 method_list)
+from demo.premise_budget import (HELDOUT_SEED, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget,
+                                 eval_name, method_list)
 from demo.premise_stats import N_BOOT
 from scoring.tasks import countdown
 
@@ -194,7 +194,7 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
         "`python -m demo.premise --write-only` rewrites this page from the cached tables; the figures and "
         "`notebooks/premise.ipynb` read the same tables under `<out>/tables/`). The grid that chose this regime: "
         "`python -m demo.premise_search` (section *Grid searched*). `python -m demo`, the main job (`demo.reduced`), "
-        "runs this regime with one training seed per method and five of the six methods (no `state` row), and its "
+        f"runs this regime with one training seed per method and the rows {', '.join(method_list(REDUCED))}, and its "
         "`summary.md` reads the same tables.",
         "",
         "## Regime",
@@ -329,6 +329,10 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
     lines += ["", f"pass@{K} per seed: " + "; ".join(
         f"{m} " + ", ".join(_pct(v) for v in per_seed.loc[m].dropna()) for m in method_list(b) if m in per_seed.index),
         ""]
+    curve = pd.read_csv(tdir / "training_curve.csv") if (tdir / "training_curve.csv").is_file() else None
+    matched = pd.read_csv(tdir / "matched_pass1.csv") if (tdir / "matched_pass1.csv").is_file() else None
+    if curve is not None and matched is not None and len(curve) and curve["step"].nunique() > 2:
+        lines += render_along_training(curve, matched, methods, b, K, rel)
     total_w = sum(s.get("wall_s", 0) for s in stages.values())
     lines += ["## Cost", "", "| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
     for name, s in stages.items():
@@ -339,6 +343,65 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
               f"{', '.join(sorted({str(t['threads']) for t in timings.values()})) or '?'} torch thread(s). Written "
               f"{time.strftime('%Y-%m-%d %H:%M')} from `{'runs/premise' if _default_out(out) else out}`.", ""]
     return "\n".join(lines)
+
+
+def render_along_training(curve: pd.DataFrame, matched: pd.DataFrame, methods: pd.DataFrame, b: PremiseBudget,
+                          K: int, rel: str) -> list[str]:
+    """Issue #25's two comparisons: each run's pass@K where its pass@1 reaches on-policy's final pass@1 (same
+    training seed), and what each method spent (tokens generated, prefilled and trained; CPU seconds)."""
+    steps = sorted(int(x) for x in curve["step"].unique())
+    lines = [
+        "## Along training: pass@1 against pass@64, at matched pass@1 and matched compute".replace("64", str(K)),
+        "",
+        f"Every run's checkpoints after {', '.join(map(str, steps[1:]))} steps are scored like the final one "
+        f"(n = {b.eval_n}, the same {b.heldout} problems; step 0 is the warm-up). At matched pass@1: a run's pass@{K} "
+        "where its pass@1 first reaches the final pass@1 of on-policy with the same training seed (linear in pass@1 "
+        "between the two checkpoints around the crossing; on-policy itself may reach its final value earlier), and "
+        "the difference to on-policy's own value there, paired by seed (mean ± t half-width over the seeds that "
+        f"reach it). A run that never reaches it within {b.total_steps} steps is counted, not extrapolated.",
+        "",
+        f"![pass@{K} against pass@1 and against generated tokens]({rel}/premise_frontier.png)",
+        "",
+        f"| method | seeds reaching on-policy's pass@1 | at step (per seed) | pass@{K} % at matched pass@1 | "
+        f"vs on-policy at matched pass@1 | final pass@1 % |",
+        "|---|---:|---|---|---|---|",
+    ]
+    for method in method_list(b):
+        d = matched[matched["method"] == method]
+        if d.empty:
+            continue
+        hit = d[d["reached"].astype(bool)]
+        at = ", ".join("–" if not r["reached"] else f"{r['step']:.0f}" for _, r in d.iterrows())
+        vs = hit["diff"].dropna()
+        lines.append(f"| {METHODS[method].paper} | {len(hit)}/{len(d)} | {at} | "
+                     f"{_mean_t(hit['pass@k']) if len(hit) else '–'} | "
+                     f"{_mean_t(vs, signed=True) if method != 'onpolicy' and len(vs) else '–'} | "
+                     f"{_mean_t(d['final_pass@1'])} |")
+    lines += [
+        "",
+        "Compute per run (mean over training seeds): tokens the policy generated, context tokens the sampler was "
+        "given (prompts, and the seeds a restart continues; `tokens/prefilled`), tokens the update trained on "
+        "(`tokens/trained`), and the training run's CPU seconds (`timings.json`; scoring not included). At matched "
+        f"compute: the run's pass@{K} and on-policy's (same seed) both read where each had generated C tokens, C the "
+        "smaller of the two runs' totals (generation is the cost that differs between methods: a restart prefills "
+        "its seed instead of generating it), linear between checkpoints; the difference is paired by seed.",
+        "",
+        f"| method | generated (M) | prefilled (M) | trained (M) | train CPU s | final pass@{K} % | "
+        f"pass@{K} % at matched compute | vs on-policy at matched compute |",
+        "|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for method in method_list(b):
+        d = methods[methods["method"] == method]
+        mm = matched[matched["method"] == method]
+        if d.empty or "tokens_prefilled" not in d:
+            continue
+        vs = mm["diff_at_compute"].dropna()
+        lines.append(f"| {METHODS[method].paper} | {d['tokens_generated'].mean() / 1e6:.2f} | "
+                     f"{d['tokens_prefilled'].mean() / 1e6:.2f} | {d['tokens_trained'].mean() / 1e6:.2f} | "
+                     f"{d['train_cpu_s'].mean():.0f} | {_mean_t(d[f'pass@{K}'])} | "
+                     f"{_mean_t(mm['pass@k_at_compute'].dropna())} | "
+                     f"{_mean_t(vs, signed=True) if method != 'onpolicy' and len(vs) else '–'} |")
+    return lines + [""]
 
 
 def _default_out(out: Path) -> bool:

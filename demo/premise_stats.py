@@ -1,6 +1,6 @@
 """The premise regime's estimators, pure functions of eval rows and pass@k matrices (no files, no models):
 solution identity of a countdown response, per-problem pass@k, the crossover k with its bootstrap interval, the
-pass@k curves with intervals, distinct correct solutions per problem. ``canonical_solution``, ``crossover_k`` and
+pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a matched pass@1 or compute. ``canonical_solution``, ``crossover_k`` and
 ``crossover_table`` are ``tsanalysis.core.support``'s (re-exported here), shared with ``tsanalysis support``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from contracts.passk import N_BOOT, bootstrap_ci, pass_at_k
 from tsanalysis.core.support import canonical_solution, crossover_k, crossover_table
 
 __all__ = ["N_BOOT", "canonical_solution", "crossover_k", "crossover_table", "passk_matrix", "curve_table",
-           "per_problem", "distinct_correct"]
+           "per_problem", "distinct_correct", "at_first_reach"]
 
 
 def passk_matrix(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
@@ -48,3 +48,20 @@ def distinct_correct(rows: list[dict]) -> np.ndarray:
         sols.discard(None)
         out.append(len(sols))
     return np.array(out)
+
+
+def at_first_reach(steps: Sequence[float], x: Sequence[float], y: Sequence[float], target: float) -> dict:
+    """Where ``x`` first reaches ``target`` along a run's checkpoints (``steps`` increasing, the warm-up as step 0):
+    the step and ``y`` there, linear in ``x`` between the two checkpoints that bracket the crossing (the first
+    point itself when it already reaches the target). With x = pass@1 and y = pass@k: pass@k at a matched pass@1;
+    with x = cumulative generated tokens: pass@k at matched compute. Not reached: ``reached`` False, NaN values."""
+    steps, x, y = (np.asarray(v, dtype=float) for v in (steps, x, y))
+    hit = np.flatnonzero(x >= target)
+    if hit.size == 0:
+        return {"reached": False, "step": np.nan, "x": np.nan, "y": np.nan}
+    i = int(hit[0])
+    if i == 0:
+        return {"reached": True, "step": float(steps[0]), "x": float(x[0]), "y": float(y[0])}
+    w = (target - x[i - 1]) / (x[i] - x[i - 1])   # x[i - 1] < target <= x[i]: 0 < w <= 1
+    return {"reached": True, "step": float(steps[i - 1] + w * (steps[i] - steps[i - 1])), "x": float(target),
+            "y": float(y[i - 1] + w * (y[i] - y[i - 1]))}
