@@ -98,6 +98,46 @@ def test_distinct_correct_counts_distinct_correct_expressions_only():
     assert distinct_correct(rows).tolist() == [0, 2]   # sorted by problem id: a, then b
 
 
+def test_at_first_reach_interpolates_between_the_bracketing_checkpoints():
+    from demo.premise_stats import at_first_reach
+
+    steps, p1, pk = [0, 10, 20, 30], [0.20, 0.30, 0.28, 0.40], [0.90, 0.80, 0.82, 0.70]
+    hit = at_first_reach(steps, p1, pk, 0.25)   # halfway from step 0 to 10 in pass@1
+    assert hit["reached"] and hit["step"] == pytest.approx(5.0) and hit["y"] == pytest.approx(0.85)
+    hit = at_first_reach(steps, p1, pk, 0.30)   # reached exactly at step 10: its own values
+    assert hit["step"] == pytest.approx(10.0) and hit["y"] == pytest.approx(0.80)
+    hit = at_first_reach(steps, p1, pk, 0.34)   # the FIRST crossing: between 20 (0.28) and 30 (0.40)
+    assert hit["step"] == pytest.approx(20 + 10 * 0.5) and hit["y"] == pytest.approx(0.76)
+    assert at_first_reach(steps, p1, pk, 0.10) == {"reached": True, "step": 0.0, "x": 0.20, "y": 0.90}
+    miss = at_first_reach(steps, p1, pk, 0.41)
+    assert miss["reached"] is False and np.isnan(miss["y"]) and np.isnan(miss["step"])
+
+
+def test_matched_rows_by_hand():
+    from demo.premise import matched_rows
+
+    def row(method, step, p1, pk, gen):
+        return {"method": method, "seed": 0, "step": step, "pass@1": p1, "pass@k": pk, "k": 64,
+                "tokens_generated": gen, "tokens_prefilled": 0, "tokens_trained": 0, "train_wall_s": 0.0}
+
+    curve = [row("onpolicy", 0, 0.2, 0.9, 0), row("onpolicy", 10, 0.3, 0.8, 1000), row("onpolicy", 20, 0.4, 0.7, 2000),
+             row("seeds_ratio", 0, 0.2, 0.9, 0), row("seeds_ratio", 10, 0.3, 0.9, 500),
+             row("seeds_ratio", 20, 0.5, 0.8, 1000),
+             row("luffy", 0, 0.2, 0.9, 0), row("luffy", 20, 0.3, 0.95, 3000)]
+    got = {r["method"]: r for r in matched_rows(curve, 64)}
+    on, sr, lu = got["onpolicy"], got["seeds_ratio"], got["luffy"]
+    assert on["reached"] and on["step"] == 20 and on["diff"] == pytest.approx(0.0) and on["target_pass@1"] == 0.4
+    # seeds_ratio reaches pass@1 0.4 halfway from step 10 to 20: pass@64 0.85 against on-policy's 0.7
+    assert sr["step"] == pytest.approx(15.0) and sr["pass@k"] == pytest.approx(0.85)
+    assert sr["diff"] == pytest.approx(0.15)
+    # matched compute: C = min(1000, 2000) tokens; seeds_ratio's final 0.8 against on-policy at 1000 tokens, 0.8
+    assert sr["compute_tokens"] == 1000 and sr["pass@k_at_compute"] == pytest.approx(0.8)
+    assert sr["diff_at_compute"] == pytest.approx(0.0)
+    # luffy never reaches 0.4 within its checkpoints; at C = 2000 tokens: 0.9 + (2/3)(0.05) against 0.7
+    assert lu["reached"] is False and np.isnan(lu["diff"])
+    assert lu["pass@k_at_compute"] == pytest.approx(0.9 + 0.05 * 2000 / 3000) and lu["diff_at_compute"] > 0.2
+
+
 # ---- the toy regime, end to end ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
@@ -133,8 +173,36 @@ def test_toy_regime_writes_every_table_figure_and_the_page(toy):
         assert (doc.parent / "premise" / f"{name}.png").is_file()
     page = doc.read_text()
     for section in ("## Does RL narrow the policy?", "**Crossover**", "## Relay (Figure 2)", "## Methods table",
-                    "## Cost", "## Grid searched", "premise/premise_passk.png"):
+                    "## Along training: pass@1 against pass@8", "## Cost", "## Grid searched",
+                    "premise/premise_passk.png", "premise/premise_frontier.png"):
         assert section in page, section
+
+
+@pytest.mark.slow   # the toy regime
+def test_toy_training_curve_scores_every_checkpoint_and_ends_at_the_methods_table(toy):
+    from demo.premise_budget import curve_steps, method_list
+
+    out, doc, _, _ = toy
+    curve = pd.read_csv(out / "tables" / "training_curve.csv")
+    methods = pd.read_csv(out / "tables" / "methods.csv").set_index(["method", "seed"])
+    warm = pd.read_csv(out / "tables" / "passk_curves.csv").query("model == 'warmup'").set_index("k")["pass"]
+    assert curve_steps(TOY) == [1, 2]
+    for method in method_list(TOY):
+        g = curve[(curve["method"] == method) & (curve["seed"] == 0)].sort_values("step")
+        assert g["step"].tolist() == [0, 1, 2, TOY.total_steps], method
+        assert g["pass@1"].iloc[0] == pytest.approx(warm[1]) and g["pass@k"].iloc[0] == pytest.approx(warm[TOY.eval_n])
+        last, final = g.iloc[-1], methods.loc[(method, 0)]
+        assert last["pass@1"] == pytest.approx(final["pass@1"]) and last["pass@k"] == pytest.approx(final[f"pass@{TOY.eval_n}"])
+        assert last["tokens_generated"] == final["tokens_generated"] and final["tokens_prefilled"] > 0
+        assert g["tokens_generated"].is_monotonic_increasing and g["tokens_generated"].iloc[0] == 0
+        run = out / "eval" / f"{method}-seed0-step001" / "countdown.jsonl"
+        assert run.is_file()   # the intermediate checkpoints were scored as models of their own
+    matched = pd.read_csv(out / "tables" / "matched_pass1.csv").set_index("method")
+    assert set(matched.index) == set(method_list(TOY))
+    on = matched.loc["onpolicy"]
+    assert on["target_pass@1"] == pytest.approx(methods.loc[("onpolicy", 0), "pass@1"]) and bool(on["reached"])
+    png = (out / "figures" / "premise_frontier.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 5000
 
 
 @pytest.mark.slow   # the toy regime: a warm-up and four short runs
@@ -187,7 +255,7 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
 
 
 @pytest.mark.slow
-def test_the_notebook_draws_the_three_figures_from_the_tables(toy, monkeypatch):
+def test_the_notebook_draws_the_four_figures_from_the_tables(toy, monkeypatch):
     import base64
 
     import nbformat
@@ -206,7 +274,7 @@ def test_the_notebook_draws_the_three_figures_from_the_tables(toy, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if o.output_type in ("display_data", "execute_result") and "image/png" in o.data]
-    assert len(images) == 3
+    assert len(images) == 4
     assert all(base64.b64decode(i.data["image/png"])[:8] == PNG_MAGIC for i in images)
 
 
