@@ -13,18 +13,23 @@ docs/premise.md`` updates the committed page):
                  warm-up's policy spreads over several paths (``trainer.warmup``, at one torch thread)
     train     -> one ``trainer.train`` run per (method, training seed) from the warm-up (``demo.pipeline``'s
                  ``run_config`` / ``train_run``: presets ``trainer/configs/mini_*.yaml``); on-policy seed 0 keeps
-                 the checkpoint at ``early_step`` (the relay's and the curves' "early" model)
+                 the checkpoint at ``early_step`` (the relay's and the curves' "early" model), every run the
+                 checkpoints each ``curve_every`` steps (scored as ``<run>-stepNNN``)
     eval      -> ``eval.run.run_eval`` on the held-out split with n samples per problem (pass@k for k <= n,
-                 the unbiased estimator of ``contracts.passk``), every model
+                 the unbiased estimator of ``contracts.passk``), every model and every kept checkpoint
     analysis  -> pass@k-vs-k of warm-up / early / final with bootstrap intervals over problems, the crossover k
                  (where final − warm-up turns non-positive) with a bootstrap interval, distinct correct
                  solutions per problem, per-position entropy of the on-policy rollouts over training, the
                  methods table (pass@1 and pass@large-k, mean ± t-interval over training seeds)
                  and each method against on-policy paired over problems; the support table (``tsanalysis support``:
                  problems gained / lost per k, warm-up -> early -> final -> relay) and the ratio run's seed lift
-                 (``tsanalysis seeds``: the continuations' value from the seeds against the fresh group's)
+                 (``tsanalysis seeds``: the continuations' value from the seeds against the fresh group's);
+                 along training (issue #25): ``training_curve`` (pass@1, pass@k and the tokens generated,
+                 prefilled and trained up to each scored checkpoint) and ``matched_pass1`` (each run's pass@k where
+                 its pass@1 reaches on-policy's final pass@1, and both at matched generated tokens)
     relay     -> ``tsanalysis.relay.run_relay`` (early -> final of on-policy seed 0, cut 0.5, n per problem)
-    figures   -> ``figures.premise`` (curves, entropy) and ``figures.fig2_relay`` (relay), from the cached tables
+    figures   -> ``figures.premise`` (curves, entropy, seed lift, the pass@1 / pass@k frontier) and
+                 ``figures.fig2_relay`` (relay), from the cached tables
     page      -> ``OUT/premise.md`` (numbers, figures copied under ``premise/`` beside it, the grid searched)
 
 Everything is cached under the output folder (default ``runs/premise``): finished runs, graded problems,
