@@ -231,8 +231,8 @@ TOKENS = ("generated", "prefilled", "trained")
 CURVE_COLUMNS = ["method", "seed", "step", "pass@1", "pass@k", "k", *[f"tokens_{t}" for t in TOKENS],
                  "train_wall_s"]
 MATCHED_COLUMNS = ["method", "seed", "k", "target_pass@1", "reached", "step", "pass@k", "onpolicy_pass@k", "diff",
-                   "final_pass@1", "compute_tokens", "pass@k_at_compute", "onpolicy_pass@k_at_compute",
-                   "diff_at_compute"]
+                   "final_pass@1", "compute_tokens", "pass@1_at_compute", "onpolicy_pass@1_at_compute",
+                   "diff1_at_compute", "pass@k_at_compute", "onpolicy_pass@k_at_compute", "diff_at_compute"]
 
 
 def _tokens(metrics: list[dict], steps: int) -> dict:
@@ -258,8 +258,9 @@ def _curve_rows(method: str, seed: int, points: list[tuple[int, dict]], metrics:
 def matched_rows(curve: list[dict], k: int) -> list[dict]:
     """Per (method, seed), against on-policy of the same training seed (``at_first_reach`` along the scored
     checkpoints): matched pass@1 -- its pass@k where its pass@1 first reaches on-policy's final pass@1, and
-    on-policy's own pass@k there (``reached`` False: not within the budget); matched compute -- both runs' pass@k
-    at C = the smaller of their final generated-token counts, and the difference."""
+    on-policy's own pass@k there (``reached`` False: not within the budget); matched compute -- both runs' pass@1
+    and pass@k at C = the smaller of their final generated-token counts, and the differences (pass@k alone would
+    favour a run that spends more tokens per step: at C it has trained fewer steps, so it has narrowed less)."""
     d = pd.DataFrame(curve)
     out = []
     if d.empty:
@@ -273,12 +274,14 @@ def matched_rows(curve: list[dict], k: int) -> list[dict]:
         hit = at_first_reach(g["step"], g["pass@1"], g["pass@k"], target)
         own = at_first_reach(ref["step"], ref["pass@1"], ref["pass@k"], target)["y"]
         c = float(min(g["tokens_generated"].iloc[-1], ref["tokens_generated"].iloc[-1]))
-        at_c = at_first_reach(g["step"], g["tokens_generated"], g["pass@k"], c)["y"]
-        on_c = at_first_reach(ref["step"], ref["tokens_generated"], ref["pass@k"], c)["y"]
+        at_c, on_c = ({col: at_first_reach(r["step"], r["tokens_generated"], r[col], c)["y"]
+                       for col in ("pass@1", "pass@k")} for r in (g, ref))
         out.append({"method": method, "seed": seed, "k": k, "target_pass@1": target, "reached": hit["reached"],
                     "step": hit["step"], "pass@k": hit["y"], "onpolicy_pass@k": own, "diff": hit["y"] - own,
-                    "final_pass@1": float(g["pass@1"].iloc[-1]), "compute_tokens": c, "pass@k_at_compute": at_c,
-                    "onpolicy_pass@k_at_compute": on_c, "diff_at_compute": at_c - on_c})
+                    "final_pass@1": float(g["pass@1"].iloc[-1]), "compute_tokens": c,
+                    "pass@1_at_compute": at_c["pass@1"], "onpolicy_pass@1_at_compute": on_c["pass@1"],
+                    "diff1_at_compute": at_c["pass@1"] - on_c["pass@1"], "pass@k_at_compute": at_c["pass@k"],
+                    "onpolicy_pass@k_at_compute": on_c["pass@k"], "diff_at_compute": at_c["pass@k"] - on_c["pass@k"]})
     return out
 
 

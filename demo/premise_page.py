@@ -382,25 +382,28 @@ def render_along_training(curve: pd.DataFrame, matched: pd.DataFrame, methods: p
         "Compute per run (mean over training seeds): tokens the policy generated, context tokens the sampler was "
         "given (prompts, and the seeds a restart continues; `tokens/prefilled`), tokens the update trained on "
         "(`tokens/trained`), and the training run's CPU seconds (`timings.json`; scoring not included). At matched "
-        f"compute: the run's pass@{K} and on-policy's (same seed) both read where each had generated C tokens, C the "
-        "smaller of the two runs' totals (generation is the cost that differs between methods: a restart prefills "
-        "its seed instead of generating it), linear between checkpoints; the difference is paired by seed.",
+        f"compute: the run's pass@1 and pass@{K} and on-policy's (same seed), each read where its run had generated C "
+        "tokens, C the smaller of the two runs' totals (linear between checkpoints; differences paired by seed). "
+        f"Read the two together: at C a run that generates more per step has trained fewer steps, so its pass@{K} "
+        "gains partly because it has sharpened less, which its pass@1 shows.",
         "",
-        f"| method | generated (M) | prefilled (M) | trained (M) | train CPU s | final pass@{K} % | "
-        f"pass@{K} % at matched compute | vs on-policy at matched compute |",
-        "|---|---:|---:|---:|---:|---|---|---|",
+        f"| method | generated (M) | prefilled (M) | trained (M) | train CPU s | pass@1 % at C | vs on-policy | "
+        f"pass@{K} % at C | vs on-policy |",
+        "|---|---:|---:|---:|---:|---|---|---|---|",
     ]
     for method in method_list(b):
         d = methods[methods["method"] == method]
         mm = matched[matched["method"] == method]
         if d.empty or "tokens_prefilled" not in d:
             continue
-        vs = mm["diff_at_compute"].dropna()
+        other = method != "onpolicy"
+        cells = []
+        for at, diff in (("pass@1_at_compute", "diff1_at_compute"), ("pass@k_at_compute", "diff_at_compute")):
+            vs = mm[diff].dropna()
+            cells += [_mean_t(mm[at].dropna()), _mean_t(vs, signed=True) if other and len(vs) else "–"]
         lines.append(f"| {METHODS[method].paper} | {d['tokens_generated'].mean() / 1e6:.2f} | "
                      f"{d['tokens_prefilled'].mean() / 1e6:.2f} | {d['tokens_trained'].mean() / 1e6:.2f} | "
-                     f"{d['train_cpu_s'].mean():.0f} | {_mean_t(d[f'pass@{K}'])} | "
-                     f"{_mean_t(mm['pass@k_at_compute'].dropna())} | "
-                     f"{_mean_t(vs, signed=True) if method != 'onpolicy' and len(vs) else '–'} |")
+                     f"{d['train_cpu_s'].mean():.0f} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 

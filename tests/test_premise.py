@@ -133,9 +133,11 @@ def test_matched_rows_by_hand():
     # matched compute: C = min(1000, 2000) tokens; seeds_ratio's final 0.8 against on-policy at 1000 tokens, 0.8
     assert sr["compute_tokens"] == 1000 and sr["pass@k_at_compute"] == pytest.approx(0.8)
     assert sr["diff_at_compute"] == pytest.approx(0.0)
+    assert sr["pass@1_at_compute"] == pytest.approx(0.5) and sr["diff1_at_compute"] == pytest.approx(0.5 - 0.3)
     # luffy never reaches 0.4 within its checkpoints; at C = 2000 tokens: 0.9 + (2/3)(0.05) against 0.7
     assert lu["reached"] is False and np.isnan(lu["diff"])
     assert lu["pass@k_at_compute"] == pytest.approx(0.9 + 0.05 * 2000 / 3000) and lu["diff_at_compute"] > 0.2
+    assert lu["diff1_at_compute"] == pytest.approx(0.2 + 0.1 * 2000 / 3000 - 0.4)
 
 
 # ---- the toy regime, end to end ---------------------------------------------------------------------------------
