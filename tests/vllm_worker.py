@@ -186,10 +186,13 @@ POLICY_SCENARIOS = {"train_runs"}
 if __name__ == "__main__":
     import traceback
     names, out, policy = sys.argv[1].split(","), Path(sys.argv[2]), sys.argv[3:]
+    import time
     for name in names:
         (out / name).mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
         try:
             result = SCENARIOS[name](out / name, *(policy if name in POLICY_SCENARIOS else []))
         except Exception:
             result = {"error": traceback.format_exc()[-4000:]}
+        result["seconds"] = time.perf_counter() - t0   # where the module's time goes (read by hand; no assertion)
         (out / name / "result.json").write_text(json.dumps(result))
