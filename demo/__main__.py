@@ -6,8 +6,8 @@ checkpoint, Thinking Seeds (ratio rule, state+action) and LUFFY with the same bu
 model scored with n = 64 on 200 held-out problems (pass@k up to k = 64); the relay between the early and the final
 on-policy checkpoint; the crossover k; Figures 2-5; and ``summary.md``, which leads with the narrowing, the relay's
 gain at k = 64 and where each method sits at pass@1 and pass@64, saying plainly when an effect is within noise.
-It is ``--premise`` with one training seed per method instead of three, and three of its six rows (no entropy
-rule, `state` variant or M2PO; ``python -m demo.premise --budget reduced --methods ...`` adds rows). Output ``runs/demo`` (``--toy``: the same job at the tests' size, seconds; runs/demo-toy).
+It is ``--premise`` with one training seed per method instead of three, and three of its eight rows (no entropy
+rule, `state` variant, M2PO or restart rows; ``python -m demo.premise --budget reduced --methods ...`` adds rows). Output ``runs/demo`` (``--toy``: the same job at the tests' size, seconds; runs/demo-toy).
 
 ``--task addition``: the addition miniature of earlier versions (every method of Tables 1-2 and Figures 2-5 on the
 embedded addition task, one solution per problem, where the premise does not show: 8 min 51 s on 2 idle cores on a

@@ -48,7 +48,9 @@ class PremiseBudget:
     seeds: int = 3                 # training seeds per method of the table
     curve_every: int = 10          # every run also keeps and scores its checkpoint each this many steps (the
                                    # pass@1 / pass@k frontier, matched pass@1 and compute); 0: the final one only
-    methods: str = "onpolicy,seeds_ratio,seeds_entropy,seeds_state,luffy,m2po"
+    # the paper's rows, LUFFY and M2PO, and two restart distributions (issue #25): the paper's §7 adaptive cut and
+    # PrefixRL-like restarts of all-wrong prompts from past correct responses
+    methods: str = "onpolicy,seeds_ratio,seeds_entropy,seeds_state,luffy,m2po,restart_adaptive,restart_pool"
 
     @property
     def task(self) -> str:
@@ -61,7 +63,7 @@ class PremiseBudget:
 
 
 PREMISE = PremiseBudget(name="premise")
-# `python -m demo`'s main job (issue #27): the premise regime with ONE training seed and three of its six methods
+# `python -m demo`'s main job (issue #27): the premise regime with ONE training seed and three of its eight methods
 # (on-policy, Thinking Seeds ratio state+action, LUFFY), at the same task, warm-up, RL budget, held-out split and n.
 # Its curves, crossover, relay and per-problem intervals are the premise's; what it gives up is the spread over
 # training seeds and three rows (module docstring of demo.reduced). Measured at commit c8eb9ff on 2 idle AMD EPYC

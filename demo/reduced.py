@@ -3,7 +3,7 @@
 The premise (``demo.premise``, paper §3) is where the miniature shows what the paper is about: on-policy RL raises
 pass@1 while pass@k at large k falls (the policy narrows), and a relay from an early checkpoint recovers the lost
 large-k pass rate. This job runs that regime with its task, warm-up, RL budget, held-out split and n, but ONE
-training seed per method and three of its six methods (``demo.premise_budget.REDUCED``): the warm-up, on-policy DAPO
+training seed per method and three of its eight methods (``demo.premise_budget.REDUCED``): the warm-up, on-policy DAPO
 with its early checkpoint, Thinking Seeds (ratio rule, state+action) and LUFFY, every model
 scored with n = 64 (pass@k up to k = 64), the relay between early and final, the crossover k, then Figures 2-5
 (``figures.make_all``) from those runs, and ``summary.md`` / ``summary.json`` that lead with what a reader should

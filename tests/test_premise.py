@@ -372,7 +372,8 @@ def test_the_summary_leads_with_the_tables_numbers_and_says_when_an_effect_is_wi
     assert "pass@1 -0.9 (within noise), pass@64 +8.5 (higher)" in lead
     assert "| Thinking Seeds, ratio 0.5 (state+action) | 27.5 | -0.9 [-4.0, +2.0] within noise | 84.0 | " \
            "+8.5 [+4.0, +13.0] higher |" in s
-    assert "1 training seed per method instead of 3, and the `m2po`, `seeds_entropy`, `seeds_state` rows left out" in s and "t = 4.30" in s
+    assert ("1 training seed per method instead of 3, and the `m2po`, `restart_adaptive`, `restart_pool`, "
+            "`seeds_entropy`, `seeds_state` rows left out") in s and "t = 4.30" in s
 
     other = tmp_path / "noise"
     _tables(other, pass64_high=0.01)          # the fall at pass@64 now has an interval reaching above 0
