@@ -61,27 +61,24 @@ def _one_solution_percent(p: Page, point: str) -> float:
     return 100 * float(np.mean([r["n_solutions"] == 1 for r in rows]))
 
 
-_RUN = "`python -m demo --premise` at commit 3ee98d6"
+_RUN = "`python -m demo --premise` at commit eac852d"
+
+
 NOTES_SOURCES: tuple[Source, ...] = (
-    Derived("pass@1 +3.6, pass@64 −3.5", "early − warm-up pass@k at k = 1 and the largest k",
+    Derived("pass@1 +3.5, pass@64 −2.5", "early − warm-up pass@k at k = 1 and the largest k",
             lambda p: [_passk(p).num(k, "early") - _passk(p).num(k, "warmup") for k in ("1", _passk(p).rows[-1][0])]),
-    Cited("0.97 nats at step 1, 0.42", f"tables/entropy_positions.csv of {_RUN} (premise_entropy.png draws it)"),
+    Cited("at position 1: 0.97 nats in step 1, 0.46 in step 50", f"tables/entropy_positions.csv of {_RUN} "
+          "(premise_entropy.png draws it)"),
     Derived("57 % of problems with one solution", "point E's held-out split (scoring.tasks.countdown at the grid "
             "row's setting, seed HELDOUT_SEED, PREMISE.heldout problems)", lambda p: [_one_solution_percent(p, "E")]),
-    Derived("(k = 5.0-7.1 vs 3.9-4.9)", "min and max of the crossover k per seed of the two state+action rows, then "
-            "of on-policy's", lambda p: (*_crossovers(p, "seeds_ratio", "seeds_entropy"), *_crossovers(p, "onpolicy"))),
+    Derived("crossovers 4.4-4.9", "min and max of the pool restarts' crossover k per seed",
+            lambda p: _crossovers(p, "restart_pool")),
     Derived("(t = 4.30)", "t_{0.975, k−1} (demo.miniature.T975) for the methods table's k seeds",
             lambda p: [T975[int(_methods(p).num(METHODS["onpolicy"].paper, "seeds")) - 1]]),
-    Derived("the first 38 minutes", "the interrupted first invocation's wall s in the cost table, in minutes",
-            lambda p: [p.table("Cost").num("first invocation (interrupted)", "wall s") / 60]),
-    Cited("at load average 7-9 (one torch thread; training runs took 2.6× their CPU time), the rest at load 3-5",
-          f"timings.json of {_RUN}"),
-    Cited("used 1256 CPU s (21 minutes) in all, on-policy 50-58 s each, the seeded runs 69-97 s, LUFFY 45-49 s, "
-          "M2PO 70-74 s", f"timings.json of {_RUN}"),
-    Cited("the warm-up 101 s;", f"the log of {_RUN}"),
-    Cited("about 10-14 s; the relay about 40 s", f"the log of {_RUN}"),
-    Cited("about 28 minutes with one thread", "the CPU seconds above, summed"),
-    Cited("so its 101 s are not", f"the log of {_RUN}"),
+    Cited("took 54-115 s each and 2198 s in all", f"timings.json of {_RUN}"),
+    Cited("about 23 s, so scoring the four intermediate checkpoints of every run is about 35 of the 91.4 minutes",
+          f"the Cost table's methods stage (4707 s wall) minus its 23 runs' training wall s in timings.json of {_RUN} "
+          "(2091 s), over their 115 scorings; 92 of them intermediate"),
 )
 
 

@@ -144,10 +144,20 @@ def plot_entropy(entropy: pd.DataFrame, *, max_lines: int = 5, title: str | None
     return fig
 
 
-def plot_seed_lift(by_depth: pd.DataFrame, by_age: pd.DataFrame, *, title: str | None = None) -> Figure:
+def plot_seed_lift(by_depth: pd.DataFrame, by_age: pd.DataFrame, *, title: str | None = None,
+                   min_groups: int = 10) -> Figure:
     """Restart value of the seeds (issue #26, ``tsanalysis seeds``'s ``by_depth`` / ``by_age``): the mean lift of a
     seed's continuation over its prompt's fresh group (points; 95 % interval resampling groups) against (a) the cut
-    depth, as a fraction of the source response, and (b) the seed's age, steps since the refresh that wrote it."""
+    depth, as a fraction of the source response, and (b) the seed's age, steps since the refresh that wrote it.
+    Bins of fewer than ``min_groups`` prompt groups are left out (a ratio-rule run puts nearly every seed in one
+    depth bin; a stray seed in another is no estimate), and the panel says how many."""
+    dropped = {}
+    if "groups" in by_depth:
+        dropped["depth"] = int((by_depth["groups"] < min_groups).sum())
+        by_depth = by_depth[by_depth["groups"] >= min_groups]
+    if "groups" in by_age:
+        dropped["age"] = int((by_age["groups"] < min_groups).sum())
+        by_age = by_age[by_age["groups"] >= min_groups]
     with figure_style():
         fig, axes = new_figure(1, 2, figsize=(12.0, 4.0))
         for ax, d, x, xlabel, head in (
@@ -165,6 +175,10 @@ def plot_seed_lift(by_depth: pd.DataFrame, by_age: pd.DataFrame, *, title: str |
             ax.set_xlabel(xlabel)
             ax.set_ylabel("continuation − fresh group, points")
             ax.set_title(head, loc="left")
+            gone = dropped.get("depth" if ax is axes[0, 0] else "age", 0)
+            if gone:
+                ax.text(0.99, 0.02, f"{gone} bin{'s' if gone > 1 else ''} of < {min_groups} groups left out",
+                        ha="right", va="bottom", fontsize=8, transform=ax.transAxes)
         if title:
             fig.suptitle(title)
     return fig

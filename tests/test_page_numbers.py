@@ -145,10 +145,10 @@ def test_the_premise_writer_marks_stale_numbers(tmp_path, monkeypatch):
     before_grid = generated[:generated.index("## Grid searched")]
     monkeypatch.setattr(premise_page, "render_page", lambda out, b, command: before_grid)
     doc, logs = tmp_path / "premise.md", []
-    doc.write_text(generated + _edit(notes, "k = 6.4 [2.9, 37.4]", "k = 6.4 [2.9, 31.4]"))
+    doc.write_text(generated + _edit(notes, "k = 9.3 [4.1, 46.7]", "k = 9.3 [4.1, 31.4]"))
     page = premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append)
-    assert page == doc.read_text() and f"{STALE_LINE} 6.4 [2.9, 31.4]" in page
-    assert any(x.startswith("warning: 1 numbers") and "6.4 [2.9, 31.4]" in x for x in logs)
+    assert page == doc.read_text() and f"{STALE_LINE} 9.3 [4.1, 31.4]" in page
+    assert any(x.startswith("warning: 1 numbers") and "9.3 [4.1, 31.4]" in x for x in logs)
     doc.write_text(generated + notes)                                      # the page as committed: nothing marked
     assert premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append) == \
         generated + notes

@@ -473,3 +473,20 @@ def test_the_exploration_baselines_are_rows_the_premise_can_run(tmp_path, capsys
     assert premise_main(["--budget", "toy", "--methods", "onpolicy,bogus", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "methods ['bogus']" in err[0] and not out.exists()
+
+
+def test_seed_lift_figure_leaves_out_bins_of_few_groups():
+    from figures.premise import plot_seed_lift
+
+    def bins(key, values, groups):
+        d = pd.DataFrame({key: values, "groups": groups, "lift_mean": [0.0, -0.125, 0.01][:len(values)]})
+        return d.assign(lift_low=d["lift_mean"] - 0.01, lift_high=d["lift_mean"] + 0.01)
+    depth = bins("depth_lo", [0.4, 0.6, 0.8], [1376, 1, 40]).assign(depth_hi=lambda d: d["depth_lo"] + 0.2)
+    age = bins("age", [1, 2], [224, 192])
+    fig = plot_seed_lift(depth, age)
+    ax_depth, ax_age = fig.axes[:2]
+    xs = [x for line in ax_depth.get_lines() if line.get_marker() == "o" for x in line.get_xdata()]
+    assert [round(x, 2) for x in xs] == [0.5, 0.9]   # the bin of one group (centre 0.7) is left out
+    assert any("1 bin of < 10 groups left out" in t.get_text() for t in ax_depth.texts)
+    assert not ax_age.texts and [x for line in ax_age.get_lines() if line.get_marker() == "o"
+                                 for x in line.get_xdata()] == [1, 2]
