@@ -90,8 +90,9 @@ def seed_lifts(group, correct, source_correct) -> np.ndarray:
 
 def step_summary(group, correct, source_correct) -> dict[str, float | int]:
     """The step's summary (``SUMMARY_KEYS``): lift mean and standard deviation over prompts (unbiased, 0.0 for one
-    prompt) with their count, mean values, the count of all-wrong fresh groups and of those rescued, the rescued
-    share (absent when no fresh group is all wrong: a share of nothing), and the zero-advantage shares of the
+    prompt) with their count, mean values, the count of all-wrong fresh groups and of those rescued (both absent
+    when no source is graded: nothing fresh to count), the rescued share (absent when no fresh group is all wrong:
+    a share of nothing), and the zero-advantage shares of the
     seeded and the fresh groups (over prompts with a graded outcome on that side)."""
     v = prompt_values(group, correct, source_correct)
     both = ~np.isnan(v["lift"])
@@ -101,10 +102,11 @@ def step_summary(group, correct, source_correct) -> dict[str, float | int]:
         out.update(lift_mean=float(lift.mean()), lift_std=float(lift.std(ddof=1)) if lift.size > 1 else 0.0,
                    value_seeded=float(v["value_seeded"][both].mean()),
                    value_fresh=float(v["value_fresh"][both].mean()))
-    aw = int(v["all_wrong_fresh"].sum())
-    out.update(all_wrong_fresh=aw, rescued=int(v["rescued"].sum()))
-    if aw:
-        out["rescued_share"] = out["rescued"] / aw
+    if (v["n_fresh"] > 0).any():   # no graded source at all (seed_grade_sources=false): nothing fresh to count
+        aw = int(v["all_wrong_fresh"].sum())
+        out.update(all_wrong_fresh=aw, rescued=int(v["rescued"].sum()))
+        if aw:
+            out["rescued_share"] = out["rescued"] / aw
     for side, key in (("seeded", "zero_adv_share"), ("fresh", "zero_adv_fresh_share")):
         has = v[f"n_{side}"] > 0
         if has.any():

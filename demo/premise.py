@@ -338,9 +338,11 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                           "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m),
                           "train_cpu_s": timings.get(eval_name(method, seed), {}).get("cpu_s", math.nan),
                           **_tokens(m, b.total_steps)})
-            curve += _curve_rows(method, seed, [(0, base["warmup"]), *[
-                (st, model(curve_name(method, seed, st))) for st in curve_steps(b)
-                if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()], (b.total_steps, v)], m, ks, ids)
+            scored = [st for st in curve_steps(b)
+                      if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()]
+            points = [(0, base["warmup"]), *[(st, model(curve_name(method, seed, st))) for st in scored],
+                      (b.total_steps, v)]
+            curve += _curve_rows(method, seed, points, m, ks, ids)
     # every method against on-policy of the same training seed, paired over the problems, at every k (the only
     # interval a one-seed table has: it holds the held-out sampling noise, not the spread over training seeds)
     paired = []

@@ -1,6 +1,7 @@
 """The premise regime's estimators, pure functions of eval rows and pass@k matrices (no files, no models):
 solution identity of a countdown response, per-problem pass@k, the crossover k with its bootstrap interval, the
-pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a matched pass@1 or compute. ``canonical_solution``, ``crossover_k`` and
+pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a matched pass@1 or
+compute. ``canonical_solution``, ``crossover_k`` and
 ``crossover_table`` are ``tsanalysis.core.support``'s (re-exported here), shared with ``tsanalysis support``."""
 
 from __future__ import annotations

@@ -151,13 +151,10 @@ def plot_seed_lift(by_depth: pd.DataFrame, by_age: pd.DataFrame, *, title: str |
     depth, as a fraction of the source response, and (b) the seed's age, steps since the refresh that wrote it.
     Bins of fewer than ``min_groups`` prompt groups are left out (a ratio-rule run puts nearly every seed in one
     depth bin; a stray seed in another is no estimate), and the panel says how many."""
-    dropped = {}
-    if "groups" in by_depth:
-        dropped["depth"] = int((by_depth["groups"] < min_groups).sum())
-        by_depth = by_depth[by_depth["groups"] >= min_groups]
-    if "groups" in by_age:
-        dropped["age"] = int((by_age["groups"] < min_groups).sum())
-        by_age = by_age[by_age["groups"] >= min_groups]
+    few = {name: d["groups"] < min_groups if "groups" in d else pd.Series(False, index=d.index)
+           for name, d in (("depth", by_depth), ("age", by_age))}
+    dropped = {name: int(m.sum()) for name, m in few.items()}
+    by_depth, by_age = by_depth[~few["depth"]], by_age[~few["age"]]
     with figure_style():
         fig, axes = new_figure(1, 2, figsize=(12.0, 4.0))
         for ax, d, x, xlabel, head in (

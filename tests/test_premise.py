@@ -192,9 +192,11 @@ def test_toy_training_curve_scores_every_checkpoint_and_ends_at_the_methods_tabl
     for method in method_list(TOY):
         g = curve[(curve["method"] == method) & (curve["seed"] == 0)].sort_values("step")
         assert g["step"].tolist() == [0, 1, 2, TOY.total_steps], method
-        assert g["pass@1"].iloc[0] == pytest.approx(warm[1]) and g["pass@k"].iloc[0] == pytest.approx(warm[TOY.eval_n])
+        assert g["pass@1"].iloc[0] == pytest.approx(warm[1])
+        assert g["pass@k"].iloc[0] == pytest.approx(warm[TOY.eval_n])
         last, final = g.iloc[-1], methods.loc[(method, 0)]
-        assert last["pass@1"] == pytest.approx(final["pass@1"]) and last["pass@k"] == pytest.approx(final[f"pass@{TOY.eval_n}"])
+        assert last["pass@1"] == pytest.approx(final["pass@1"])
+        assert last["pass@k"] == pytest.approx(final[f"pass@{TOY.eval_n}"])
         assert last["tokens_generated"] == final["tokens_generated"] and final["tokens_prefilled"] > 0
         assert g["tokens_generated"].is_monotonic_increasing and g["tokens_generated"].iloc[0] == 0
         run = out / "eval" / f"{method}-seed0-step001" / "countdown.jsonl"

@@ -115,8 +115,6 @@ def seed_lift_metrics(all_rows: list[Rollout]) -> dict:
     correct = [math.nan if r.verdict in UNGRADED_VERDICTS else float(r.correct) for r in seeded]
     source = [math.nan if r.source_correct is None else float(r.source_correct) for r in seeded]
     summary = step_summary([r.group for r in seeded], correct, source)
-    if all(math.isnan(x) for x in source):   # sources not graded (seed_grade_sources=false): no fresh side to compare
-        summary = {k: v for k, v in summary.items() if k in ("lift_prompts", "zero_adv_share")}
     return {f"seeds/{k}": v for k, v in summary.items()}
 
 

@@ -565,7 +565,8 @@ class RolloutBuilder:
     # --- checkpointed state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"seed_buffer": self.seed_buffer, "stale_queue": self.stale_queue,
-                "generated_tokens": self.generated_tokens, "prefilled_tokens": self.prefilled_tokens, "seed_pool": self.seed_pool, "arm_stats": self.arm_stats}
+                "generated_tokens": self.generated_tokens, "prefilled_tokens": self.prefilled_tokens,
+                "seed_pool": self.seed_pool, "arm_stats": self.arm_stats}
 
     def load_state_dict(self, state: dict) -> None:
         self.seed_buffer = state["seed_buffer"]
