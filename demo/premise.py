@@ -48,6 +48,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -63,8 +64,9 @@ from contracts.files import atomic_write_json
 from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from demo.pipeline import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
-from demo.premise_budget import (BUDGETS, HELDOUT_SEED, MARKER, METHODS, STAGES, TIMINGS, TRAIN_SEED, WARMUP_SEED,
-                                 PremiseBudget, curve_name, curve_steps, eval_name, method_list)
+from demo.premise_budget import (BUDGETS, EXTENSION, HELDOUT_SEED, MARKER, METHODS, STAGES, TIMINGS, TRAIN_SEED,
+                                 WARMUP_SEED, PremiseBudget, curve_name, curve_steps, eval_name, extension_steps,
+                                 long_name, method_list)
 from demo.premise_page import write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
                                 per_problem)
@@ -78,6 +80,9 @@ from figures.style import DPI, use_headless_backend
 from scoring.tasks import countdown
 from scoring.tasks.make import write_jsonl
 from trainer.checkpoint import checkpoint_dir
+from trainer.config import load_config
+from trainer.fsdp import Dist
+from trainer.train import train
 from trainer.warmup import build_warmup, read_warmup
 from tsanalysis.io import RecordsError, write_results
 from tsanalysis.relay import run_relay
@@ -216,6 +221,84 @@ def train_all(out: Path, b: PremiseBudget, *, warm: Path, data: dict, log: Log, 
     return cfgs
 
 
+def _pass1(root: Path, name: str, ks: Sequence[int]) -> float | None:
+    """pass@1 of an eval name as the tables compute it (``per_problem``), None when it has not been scored."""
+    if not (root / name / "countdown.jsonl").is_file():
+        return None
+    return float(per_problem(read_eval(root, name), ks)[3][:, list(ks).index(1)].mean())
+
+
+LINKED = (".safetensors", ".parquet", ".pt", ".distcp")   # files a run writes once and never opens again to write
+
+
+def _link_copy(src: str, dst: str) -> None:
+    """Hard-link what a run writes once (``LINKED``: the checkpoints' tensors, the rollout records) and copy the
+    rest (metrics, config and history, which a resumed run appends to or rewrites), so a copy of a run costs almost
+    no disk and writing to the copy never changes the original."""
+    if Path(src).suffix in LINKED:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:   # another filesystem
+            pass
+    shutil.copy2(src, dst)
+
+
+def extend_runs(out: Path, b: PremiseBudget, *, data: dict, extend_to: int, log: Log) -> dict:
+    """``--extend-to``: matched pass@1 for the runs that did not get there within the budget (issue #25 item 4).
+    A run whose pass@1 never reached the final pass@1 of on-policy with the same training seed at any scored
+    checkpoint is copied to ``runs/<run>-long`` (``long_name``) and that copy resumed with a larger
+    ``total_steps`` (the trainer's resume: the learning rate is constant, so the steps it already has are those of
+    a longer run), ``curve_every`` steps at a time, each new checkpoint scored as ``<run>-stepNNN``, until its
+    pass@1 reaches the target or it has trained ``extend_to`` steps. The run itself is untouched, so every table
+    of the budget (methods, seed lift, compute) reads the same steps as without the extension.
+    ``out/extension.json`` records which runs went how far; returns it."""
+    root, ks = out / "eval", k_grid(b.eval_n)
+    steps = extension_steps(b, extend_to)
+    if not steps:
+        raise DemoError(f"--extend-to {extend_to}: needs a step count past total_steps ({b.total_steps}) by at least "
+                        f"curve_every ({b.curve_every}), and the budget's curve_every > 0")
+    record = {"extend_to": extend_to, "curve_every": b.curve_every, "runs": {}}
+    for seed in range(b.seeds):
+        target = _pass1(root, eval_name("onpolicy", seed), ks)
+        if target is None:
+            continue
+        for method in method_list(b):
+            run = eval_name(method, seed)
+            scored = [_pass1(root, curve_name(method, seed, st), ks) for st in curve_steps(b)] + [_pass1(root, run, ks)]
+            if method == "onpolicy" or None in scored[-1:] or max(x for x in scored if x is not None) >= target:
+                continue
+            src = out / "runs" / run
+            long = src.parent / long_name(run)
+            if not long.is_dir():
+                tmp = long.with_name(long.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(src, tmp, copy_function=_link_copy)
+                tmp.rename(long)
+            reached = None
+            for st in steps:
+                # the run's own recorded settings, continued: only the folder and the step count change
+                cfg = load_config(long / "config.yaml", {"run_name": long.name, "output_dir": str(long.parent),
+                                                         "total_steps": st})
+                done = len(read_metrics(long))
+                if not (done >= st and checkpoint(cfg, st).is_dir()):
+                    log(f"{long.name}: pass@1 {max(x for x in scored if x is not None):.1%} < on-policy's "
+                        f"{target:.1%}: training to step {st}")
+                    train(cfg, Dist())
+                evaluate([(curve_name(method, seed, st), checkpoint(cfg, st))], b, heldout=data["heldout"],
+                         root=root, n=b.eval_n, log=log)
+                scored.append(_pass1(root, curve_name(method, seed, st), ks))
+                if scored[-1] >= target:
+                    reached = st
+                    break
+            record["runs"][run] = {"method": method, "seed": seed, "target_pass@1": target, "trained_to": st,
+                                   "reached_at": reached}
+            atomic_write_json(out / EXTENSION, record, indent=1)
+    atomic_write_json(out / EXTENSION, record, indent=1)
+    log(f"extension: {len(record['runs'])} runs continued past step {b.total_steps} (-> {out / EXTENSION})")
+    return record
+
+
 def run_relay_stage(out: Path, b: PremiseBudget, *, early: Path, final: Path, heldout: Path, log: Log):
     """Relay early -> final (cut 0.5) on the held-out split; tables under ``out/analysis/relay/<tag>/``."""
     rdir = out / "analysis" / "relay" / RELAY_TAG
@@ -255,23 +338,28 @@ def _curve_rows(method: str, seed: int, points: list[tuple[int, dict]], metrics:
     return rows
 
 
-def matched_rows(curve: list[dict], k: int) -> list[dict]:
+def matched_rows(curve: list[dict], k: int, *, total_steps: int | None = None) -> list[dict]:
     """Per (method, seed), against on-policy of the same training seed (``at_first_reach`` along the scored
     checkpoints): matched pass@1 -- its pass@k where its pass@1 first reaches on-policy's final pass@1, and
-    on-policy's own pass@k there (``reached`` False: not within the budget); matched compute -- both runs' pass@1
-    and pass@k at C = the smaller of their final generated-token counts, and the differences (pass@k alone would
-    favour a run that spends more tokens per step: at C it has trained fewer steps, so it has narrowed less)."""
+    on-policy's own pass@k there (``reached`` False: not within the checkpoints scored); matched compute -- both
+    runs' pass@1 and pass@k at C = the smaller of their final generated-token counts, and the differences (pass@k
+    alone would favour a run that spends more tokens per step: at C it has trained fewer steps, so it has narrowed
+    less). ``total_steps``: checkpoints past it (``--extend-to``) count for the reach only; the target, the final
+    pass@1 and the compute comparison read the budget's steps."""
     d = pd.DataFrame(curve)
     out = []
     if d.empty:
         return out
-    for (method, seed), g in d.groupby(["method", "seed"]):
-        g = g.sort_values("step")
+    for (method, seed), whole in d.groupby(["method", "seed"]):
+        whole = whole.sort_values("step")
+        g = whole if total_steps is None else whole[whole["step"] <= total_steps]
         ref = d[(d["method"] == "onpolicy") & (d["seed"] == seed)].sort_values("step")
+        if total_steps is not None:
+            ref = ref[ref["step"] <= total_steps]
         if ref.empty:
             continue
         target = float(ref["pass@1"].iloc[-1])
-        hit = at_first_reach(g["step"], g["pass@1"], g["pass@k"], target)
+        hit = at_first_reach(whole["step"], whole["pass@1"], whole["pass@k"], target)
         own = at_first_reach(ref["step"], ref["pass@1"], ref["pass@k"], target)["y"]
         c = float(min(g["tokens_generated"].iloc[-1], ref["tokens_generated"].iloc[-1]))
         at_c, on_c = ({col: at_first_reach(r["step"], r["tokens_generated"], r[col], c)["y"]
@@ -320,6 +408,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     # the methods table: per (method, seed) pass@k and distinct solutions; crossover against the warm-up
     mrows, per_run, curve = [], {}, []
     timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).is_file() else {}
+    extended = json.loads((out / EXTENSION).read_text())["runs"] if (out / EXTENSION).is_file() else {}
     for method in method_list(b):
         for seed in range(b.seeds):
             f = root / eval_name(method, seed) / "countdown.jsonl"
@@ -340,8 +429,14 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                           **_tokens(m, b.total_steps)})
             scored = [st for st in curve_steps(b)
                       if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()]
+            # --extend-to: the continued copy's checkpoints past the budget, with its metrics (the same first steps)
+            ext = extended.get(eval_name(method, seed))
+            later = [st for st in extension_steps(b, ext["trained_to"])
+                     if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()] if ext else []
             points = [(0, base["warmup"]), *[(st, model(curve_name(method, seed, st))) for st in scored],
-                      (b.total_steps, v)]
+                      (b.total_steps, v), *[(st, model(curve_name(method, seed, st))) for st in later]]
+            if later:
+                m = read_metrics(run_dir.parent / long_name(eval_name(method, seed)))
             curve += _curve_rows(method, seed, points, m, ks, ids)
     # every method against on-policy of the same training seed, paired over the problems, at every k (the only
     # interval a one-seed table has: it holds the held-out sampling noise, not the spread over training seeds)
@@ -355,7 +450,8 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
             paired.append({"method": method, "seed": seed, "k": int(k), **p})
     tables = {"passk_curves": curves, "passk_diff": pd.DataFrame(diffs), "distinct": pd.DataFrame(distinct),
               "methods": pd.DataFrame(mrows), "training_curve": pd.DataFrame(curve, columns=CURVE_COLUMNS),
-              "matched_pass1": pd.DataFrame(matched_rows(curve, b.eval_n), columns=MATCHED_COLUMNS),
+              "matched_pass1": pd.DataFrame(matched_rows(curve, b.eval_n, total_steps=b.total_steps),
+                                            columns=MATCHED_COLUMNS),
               "methods_vs_onpolicy": pd.DataFrame(paired, columns=["method", "seed", "k", "diff", "low", "high",
                                                                    "p_value"])}
     ent_run = out / "runs" / eval_name("onpolicy", 0)
@@ -437,8 +533,10 @@ class _Stages(Timings):
 
 
 def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False, doc: str | os.PathLike | None = None,
-                log: Log = print) -> dict:
-    """Every stage (module docstring), resumable; returns {"tables", "figures", "timings", "page"}."""
+                log: Log = print, extend_to: int = 0, title: str | None = None) -> dict:
+    """Every stage (module docstring), resumable; ``extend_to`` > 0 adds ``extend_runs`` after the methods (runs
+    that did not reach on-policy's pass@1 continue up to that step); returns {"tables", "figures", "timings",
+    "page"}."""
     out = Path(out)
     prepare_out(out, b, fresh=fresh, log=log)
     t = _Stages(out)
@@ -458,13 +556,18 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
     with t.stage("methods x seeds + eval", log) as st:
         cfgs = train_all(out, b, warm=warm, data=data, log=log)
         st["note"] = f"{len(cfgs)} runs x {b.total_steps} steps (on-policy seed 0 above), each scored (n = {b.eval_n})"
+    if extend_to:
+        with t.stage("extension (--extend-to)", log) as st:
+            ext = extend_runs(out, b, data=data, extend_to=extend_to, log=log)
+            st["note"] = (f"{len(ext['runs'])} runs continued past step {b.total_steps} (at most to {extend_to}), "
+                          f"each new checkpoint scored")
     with t.stage("analysis + figures", log) as st:
         tables = analyse(out, b, log=log)
         figs = draw(out, log=log)
         st["note"] = f"{len(tables)} tables, {len(figs)} PNGs"
     page = None
     if doc is not None:
-        page = write_page(out, b, doc=Path(doc), log=log)
+        page = write_page(out, b, doc=Path(doc), log=log, title=title)
     return {"tables": tables, "figures": figs, "timings": t, "page": page}
 
 
@@ -493,6 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default=None,
                    help=f"comma-separated table rows, onpolicy among them (default: the budget's); choose from "
                         f"{', '.join(METHODS)}")
+    p.add_argument("--extend-to", type=int, default=0, metavar="STEPS",
+                   help="matched pass@1: continue every run whose pass@1 did not reach on-policy's (same training "
+                        "seed) within the budget, scoring a checkpoint every curve_every steps, up to STEPS steps "
+                        "(a copy of the run is resumed; the run and the budget's tables are unchanged)")
+    p.add_argument("--title", default=None, help="the page's heading (a page of other rows than the premise's)")
     p.add_argument("--write-only", action="store_true", help="only rewrite the figures and the page from the tables")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
     p.add_argument("--threads", type=int, default=None,
@@ -511,16 +619,19 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         method_list(b)   # a bad --methods: one line, exit 2, before anything runs
+        if args.extend_to and not extension_steps(b, args.extend_to):
+            raise DemoError(f"--extend-to {args.extend_to}: give a step count of at least total_steps + curve_every "
+                            f"({b.total_steps} + {b.curve_every}) for budget {b.name}")
         if args.write_only:
             analyse(out, b, log=print)
             draw(out, log=print)
             if doc:
-                write_page(out, b, doc=Path(doc), log=print)
+                write_page(out, b, doc=Path(doc), log=print, title=args.title)
             return 0
         threads, why = (args.threads, "--threads") if args.threads else auto_threads()
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)
-        run_premise(b, out, fresh=args.fresh, doc=doc)
+        run_premise(b, out, fresh=args.fresh, doc=doc, extend_to=args.extend_to, title=args.title)
         return 0
 
     # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143

@@ -10,6 +10,7 @@ from demo.pipeline import DemoError, RunSpec, _seeded
 MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
 TIMINGS = "timings.json"   # per training run: wall and CPU seconds, torch threads, load average
 STAGES = "stages.json"     # per stage: wall and CPU seconds summed over every invocation
+EXTENSION = "extension.json"   # --extend-to: which runs were continued past the budget, to which step
 HELDOUT_SEED = 10_000      # the held-out split (as scoring.benchmarks.tasks), generated at the budget's difficulty
 WARMUP_SEED = 7919         # the supervised pool
 TRAIN_SEED = 1             # the RL prompt pool
@@ -127,6 +128,16 @@ def eval_name(method: str, seed: int) -> str:
 def curve_steps(b: PremiseBudget) -> list[int]:
     """The intermediate checkpoints every run keeps and scores (1-based step counts, the final one excluded)."""
     return list(range(b.curve_every, b.total_steps, b.curve_every)) if b.curve_every > 0 else []
+
+
+def extension_steps(b: PremiseBudget, extend_to: int) -> list[int]:
+    """The checkpoints ``--extend-to`` scores past the budget: every ``curve_every`` steps up to ``extend_to``."""
+    return list(range(b.total_steps + b.curve_every, extend_to + 1, b.curve_every)) if b.curve_every > 0 else []
+
+
+def long_name(run: str) -> str:
+    """The folder of a run's continued copy (``--extend-to``) beside the run itself."""
+    return f"{run}-long"
 
 
 def curve_name(method: str, seed: int, step: int) -> str:

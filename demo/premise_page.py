@@ -24,7 +24,7 @@ from contracts.files import atomic_write_text
 from demo.miniature import T975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.pipeline import REPO, Log, machine
-from demo.premise_budget import (HELDOUT_SEED, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget,
+from demo.premise_budget import (EXTENSION, HELDOUT_SEED, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget,
                                  eval_name, method_list)
 from demo.premise_stats import N_BOOT
 from scoring.tasks import countdown
@@ -158,7 +158,14 @@ def render_seed_lift(summary: pd.DataFrame | None, run: str) -> list[str]:
             "updates since the refresh (`contracts.seed_lift`)."]
 
 
-def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
+def figure_dir(doc: Path) -> Path:
+    """Where a page's figures are copied: a folder named after the page beside it (``docs/premise.md`` ->
+    ``docs/premise/``), so two pages written from two output folders never overwrite each other's PNGs."""
+    return Path(doc).parent / Path(doc).stem
+
+
+def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None = None,
+                title: str | None = None) -> str:
     tdir = out / "tables"
     curves = pd.read_csv(tdir / "passk_curves.csv")
     diff = pd.read_csv(tdir / "passk_diff.csv")
@@ -176,9 +183,11 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
     K = int(max(ks))
     held = [json.loads(x) for x in (out / "data" / "heldout.jsonl").read_text().splitlines()]
     ns = np.array([r["n_solutions"] for r in held])
-    rel = os.path.relpath(REPO / "docs" / "premise", REPO / "docs")
+    doc = Path(doc) if doc is not None else COMMITTED_PAGE
+    rel = os.path.relpath(figure_dir(doc), doc.parent)
+    extension = json.loads((out / EXTENSION).read_text()) if (out / EXTENSION).is_file() else None
     lines = [
-        "# The premise in miniature: on-policy RL narrows the policy, and the relay",
+        f"# {title or 'The premise in miniature: on-policy RL narrows the policy, and the relay'}",
         "",
         "Paper §3 / Figure 2: as on-policy RL sharpens the policy, reasoning states that earlier checkpoints reached "
         "disappear from its samples, so the final checkpoint's pass@k at large k falls while its pass@1 rises, and a "
@@ -329,7 +338,7 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
     curve = pd.read_csv(tdir / "training_curve.csv") if (tdir / "training_curve.csv").is_file() else None
     matched = pd.read_csv(tdir / "matched_pass1.csv") if (tdir / "matched_pass1.csv").is_file() else None
     if curve is not None and matched is not None and len(curve) and curve["step"].nunique() > 2:
-        lines += render_along_training(curve, matched, methods, b, K, rel)
+        lines += render_along_training(curve, matched, methods, b, K, rel, extension=extension)
     total_w = sum(s.get("wall_s", 0) for s in stages.values())
     lines += ["## Cost", "", "| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
     for name, s in stages.items():
@@ -343,10 +352,23 @@ def render_page(out: Path, b: PremiseBudget, *, command: str) -> str:
 
 
 def render_along_training(curve: pd.DataFrame, matched: pd.DataFrame, methods: pd.DataFrame, b: PremiseBudget,
-                          K: int, rel: str) -> list[str]:
+                          K: int, rel: str, *, extension: dict | None = None) -> list[str]:
     """Issue #25's two comparisons: each run's pass@K where its pass@1 reaches on-policy's final pass@1 (same
-    training seed), and what each method spent (tokens generated, prefilled and trained; CPU seconds)."""
-    steps = sorted(int(x) for x in curve["step"].unique())
+    training seed), and what each method spent (tokens generated, prefilled and trained; CPU seconds).
+    ``extension`` (``<out>/extension.json``, ``--extend-to``): the runs continued past the budget to look for it."""
+    steps = sorted(int(x) for x in curve["step"].unique() if x <= b.total_steps)
+    if extension and extension.get("runs"):
+        ext = extension["runs"]
+        cont = sorted(ext, key=lambda r: (ext[r]["method"], ext[r]["seed"]))
+        reach = (f"A run that had not reached it after {b.total_steps} steps was continued (`--extend-to "
+                 f"{extension['extend_to']}`: the trainer's resume of a copy of the run, at the same constant learning "
+                 f"rate, so its first {b.total_steps} steps are the table's run), its checkpoint scored every "
+                 f"{b.curve_every} steps until its pass@1 reached the target or it had trained "
+                 f"{extension['extend_to']} steps: {len(cont)} runs, "
+                 + ", ".join(f"{r} to step {ext[r]['trained_to']}" for r in cont)
+                 + ". The compute comparison below stays within the budget.")
+    else:
+        reach = f"A run that never reaches it within {b.total_steps} steps is counted, not extrapolated."
     lines = [
         "## Along training: pass@1 against pass@64, at matched pass@1 and matched compute".replace("64", str(K)),
         "",
@@ -355,7 +377,7 @@ def render_along_training(curve: pd.DataFrame, matched: pd.DataFrame, methods: p
         "where its pass@1 first reaches the final pass@1 of on-policy with the same training seed (linear in pass@1 "
         "between the two checkpoints around the crossing; on-policy itself may reach its final value earlier), and "
         "the difference to on-policy's own value there, paired by seed (mean ± t half-width over the seeds that "
-        f"reach it). A run that never reaches it within {b.total_steps} steps is counted, not extrapolated.",
+        f"reach it). {reach}",
         "",
         f"![pass@{K} against pass@1 and against generated tokens]({rel}/premise_frontier.png)",
         "",
@@ -412,13 +434,14 @@ def _default_out(out: Path) -> bool:
 COMMITTED_PAGE = Path(__file__).resolve().parents[1] / "docs" / "premise.md"
 
 
-def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str | None = None) -> str:
-    """``doc`` from the cached tables; figures copied to ``premise/`` beside it; the grid block and the
-    hand-written notes of an existing page are kept (a new page elsewhere takes them from the committed
-    ``docs/premise.md``, so a page under ``runs/`` reads complete, its stale numbers marked)."""
+def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str | None = None,
+               title: str | None = None) -> str:
+    """``doc`` from the cached tables; figures copied to the folder named after it (``figure_dir``); the grid
+    block and the hand-written notes of an existing page are kept (a new page elsewhere takes them from the
+    committed ``docs/premise.md``, so a page under ``runs/`` reads complete, its stale numbers marked)."""
     command = command or ("python -m demo --premise" + ("" if _default_out(out) else f" --out {out}"))
-    page = render_page(out, b, command=command)
-    fig_dir = doc.parent / "premise"
+    page = render_page(out, b, command=command, doc=doc, title=title)
+    fig_dir = figure_dir(doc)
     fig_dir.mkdir(parents=True, exist_ok=True)
     for f in (out / "figures").glob("premise_*.png"):
         shutil.copyfile(f, fig_dir / f.name)

@@ -143,7 +143,7 @@ def test_the_miniature_writer_marks_stale_numbers(tmp_path, capsys):
 def test_the_premise_writer_marks_stale_numbers(tmp_path, monkeypatch):
     generated, notes, heading, _ = _page("premise")
     before_grid = generated[:generated.index("## Grid searched")]
-    monkeypatch.setattr(premise_page, "render_page", lambda out, b, command: before_grid)
+    monkeypatch.setattr(premise_page, "render_page", lambda out, b, **kw: before_grid)
     doc, logs = tmp_path / "premise.md", []
     doc.write_text(generated + _edit(notes, "k = 9.3 [4.1, 46.7]", "k = 9.3 [4.1, 31.4]"))
     page = premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append)

@@ -258,6 +258,67 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
         prepare_out(out, replace(TOY, lr=1e-3), fresh=False, log=lambda m: None)
 
 
+@pytest.mark.slow   # the toy regime, then three of its runs continued two steps
+def test_extend_to_continues_copies_of_the_runs_that_miss_on_policys_pass1(toy, tmp_path, monkeypatch):
+    import shutil
+
+    import demo.premise as premise
+    from demo.pipeline import read_metrics
+    from demo.premise_budget import method_list
+    from demo.premise_page import write_page
+
+    out0, *_ = toy
+    out = tmp_path / "out"
+    shutil.copytree(out0, out, copy_function=premise._link_copy)   # the module's folder stays as the others read it
+    before = {n: pd.read_csv(out0 / "tables" / f"{n}.csv") for n in ("methods", "training_curve", "matched_pass1")}
+    real = premise._pass1
+    # on-policy's final pass@1 made unreachable: every other run is continued to the last step, none reaches it
+    monkeypatch.setattr(premise, "_pass1", lambda root, name, ks: 1.01 if name == "onpolicy-seed0" else
+                        real(root, name, ks))
+    data = {k: out / "data" / f"{k}.jsonl" for k in ("heldout", "warmup", "train")}
+    rec = premise.extend_runs(out, TOY, data=data, extend_to=5, log=lambda m: None)
+    monkeypatch.undo()
+    others = [m for m in method_list(TOY) if m != "onpolicy"]
+    assert sorted(rec["runs"]) == sorted(f"{m}-seed0" for m in others)
+    assert json.loads((out / "extension.json").read_text()) == rec
+    for m in others:
+        assert rec["runs"][f"{m}-seed0"] == {"method": m, "seed": 0, "target_pass@1": 1.01, "trained_to": 5,
+                                             "reached_at": None}
+        short, long = read_metrics(out / "runs" / f"{m}-seed0"), read_metrics(out / "runs" / f"{m}-seed0-long")
+        assert [x["step"] for x in short] == [0, 1, 2] and [x["step"] for x in long] == [0, 1, 2, 3, 4]
+        assert long[:3] == short == read_metrics(out0 / "runs" / f"{m}-seed0")   # the run itself is untouched
+        for st in (4, 5):
+            assert (out / "runs" / f"{m}-seed0-long" / "checkpoints" / f"step_{st - 1:06d}").is_dir()
+            assert (out / "eval" / f"{m}-seed0-step{st:03d}" / "countdown.jsonl").is_file()
+    assert not (out / "runs" / "onpolicy-seed0-long").exists()
+    # the tables: the continued runs' curves reach step 5; what reads the budget's 3 steps does not move
+    t = premise.analyse(out, TOY, log=lambda m: None)
+    curve = t["training_curve"]
+    for m in others:
+        g = curve[curve["method"] == m].sort_values("step")
+        assert g["step"].tolist() == [0, 1, 2, 3, 4, 5]
+        assert g["tokens_generated"].is_monotonic_increasing
+    pd.testing.assert_frame_equal(curve[curve["step"] <= TOY.total_steps].reset_index(drop=True),
+                                  before["training_curve"], check_dtype=False)
+    pd.testing.assert_frame_equal(t["methods"], before["methods"])
+    matched, old = t["matched_pass1"].set_index("method"), before["matched_pass1"].set_index("method")
+    for col in ("target_pass@1", "final_pass@1", "compute_tokens", "pass@k_at_compute", "diff_at_compute"):
+        assert np.allclose(matched[col].astype(float), old.loc[matched.index, col].astype(float), equal_nan=True), col
+    # a run that reaches the target past the budget is matched there; one that reached it within the budget is not
+    # continued, so its matched step is the same as before
+    for m in others:
+        row = matched.loc[m]
+        if bool(old.loc[m, "reached"]):
+            assert row["step"] == pytest.approx(old.loc[m, "step"])
+        elif bool(row["reached"]):
+            assert TOY.total_steps < row["step"] <= 5
+    doc = tmp_path / "docs" / "extended.md"
+    page = write_page(out, TOY, doc=doc, log=lambda m: None, title="Extended rows")
+    assert page.startswith("# Extended rows\n") and "`--extend-to 5`" in page and "to step 5" in page
+    assert "](extended/premise_frontier.png)" in page and (doc.parent / "extended" / "premise_frontier.png").is_file()
+    assert not (doc.parent / "premise").exists()   # another page's figures are never overwritten
+
+
 @pytest.mark.slow
 def test_the_notebook_draws_the_four_figures_from_the_tables(toy, monkeypatch):
     import base64
