@@ -312,7 +312,7 @@ def run_relay_stage(out: Path, b: PremiseBudget, *, early: Path, final: Path, he
 
 TOKENS = ("generated", "prefilled", "trained")
 CURVE_COLUMNS = ["method", "seed", "step", "pass@1", "pass@k", "k", *[f"tokens_{t}" for t in TOKENS],
-                 "train_wall_s"]
+                 "train_wall_s", "past_budget"]
 MATCHED_COLUMNS = ["method", "seed", "k", "target_pass@1", "reached", "step", "pass@k", "onpolicy_pass@k", "diff",
                    "final_pass@1", "compute_tokens", "pass@1_at_compute", "onpolicy_pass@1_at_compute",
                    "diff1_at_compute", "pass@k_at_compute", "onpolicy_pass@k_at_compute", "diff_at_compute"]
@@ -324,9 +324,10 @@ def _tokens(metrics: list[dict], steps: int) -> dict:
 
 
 def _curve_rows(method: str, seed: int, points: list[tuple[int, dict]], metrics: list[dict], ks: Sequence[int],
-                ids: list[str]) -> list[dict]:
+                ids: list[str], *, total_steps: int) -> list[dict]:
     """One row per scored checkpoint of a run (step 0: the warm-up): pass@1 and pass@k at the largest k, and the
-    tokens and wall seconds spent up to it. A checkpoint scored on other problems (unfinished) is left out."""
+    tokens and wall seconds spent up to it; ``past_budget``: a checkpoint of its ``--extend-to`` continuation. A
+    checkpoint scored on other problems (unfinished) is left out."""
     j1, jk = list(ks).index(1), len(ks) - 1
     rows = []
     for step, v in points:
@@ -334,7 +335,8 @@ def _curve_rows(method: str, seed: int, points: list[tuple[int, dict]], metrics:
             continue
         rows.append({"method": method, "seed": seed, "step": step, "pass@1": float(v["m"][:, j1].mean()),
                      "pass@k": float(v["m"][:, jk].mean()), "k": int(ks[jk]), **_tokens(metrics, step),
-                     "train_wall_s": sum(x.get("time/step_s", 0.0) for x in metrics if x["step"] < step)})
+                     "train_wall_s": sum(x.get("time/step_s", 0.0) for x in metrics if x["step"] < step),
+                     "past_budget": step > total_steps})
     return rows
 
 
@@ -437,7 +439,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                       (b.total_steps, v), *[(st, model(curve_name(method, seed, st))) for st in later]]
             if later:
                 m = read_metrics(run_dir.parent / long_name(eval_name(method, seed)))
-            curve += _curve_rows(method, seed, points, m, ks, ids)
+            curve += _curve_rows(method, seed, points, m, ks, ids, total_steps=b.total_steps)
     # every method against on-policy of the same training seed, paired over the problems, at every k (the only
     # interval a one-seed table has: it holds the held-out sampling noise, not the spread over training seeds)
     paired = []

@@ -192,8 +192,11 @@ def plot_frontier(curve: pd.DataFrame, *, labels: Mapping[str, str] | None = Non
     """Issue #25's comparison along training (``training_curve`` of ``demo.premise``): every method's checkpoints,
     mean over its training seeds, from the warm-up (step 0) to the final one: (a) pass@k at the largest k against
     pass@1, the exploration / exploitation frontier (read a method's pass@k at on-policy's pass@1 across), and
-    (b) pass@k against the tokens the policy generated so far (matched compute)."""
+    (b) pass@k against the tokens the policy generated so far (matched compute). Checkpoints past the budget
+    (``past_budget``: a ``--extend-to`` continuation, which only some seeds have) are left out of the means."""
     labels = dict(labels or {})
+    if "past_budget" in curve:
+        curve = curve[~curve["past_budget"].astype(bool)]
     with figure_style():
         fig, axes = new_figure(1, 2, figsize=(12.0, 4.4))
         if curve.empty:

@@ -297,6 +297,7 @@ def test_extend_to_continues_copies_of_the_runs_that_miss_on_policys_pass1(toy, 
     for m in others:
         g = curve[curve["method"] == m].sort_values("step")
         assert g["step"].tolist() == [0, 1, 2, 3, 4, 5]
+        assert g["past_budget"].tolist() == [False] * 4 + [True] * 2   # the frontier figure leaves these out
         assert g["tokens_generated"].is_monotonic_increasing
     pd.testing.assert_frame_equal(curve[curve["step"] <= TOY.total_steps].reset_index(drop=True),
                                   before["training_curve"], check_dtype=False)
