@@ -180,7 +180,7 @@ def test_run_command_maps_input_errors_and_passes_system_exit(capsys):
 # ---- every entry point, as a user starts it -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_every_entry_point_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
-    """Seven processes, started together (each is mostly imports)."""
+    """Eight processes, started together (each is mostly imports)."""
     py = sys.executable
     missing = "nobody/no-such-model"
     cases = {
@@ -196,6 +196,8 @@ def test_every_entry_point_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
                            "--seeds must be >= 1"),
         "demo.premise": ([py, "-m", "demo.premise", "--seeds", "0", "--out", str(tmp_path / "premise")],
                          "--seeds must be >= 1"),
+        "demo.premise --extend-to": ([py, "-m", "demo.premise", "--extend-to", "40", "--out",
+                                      str(tmp_path / "premise")], "--extend-to 40: give a step count of at least"),
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"}
     env.pop(DEBUG_ENV, None)
