@@ -48,6 +48,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import asdict, replace
@@ -535,7 +536,7 @@ class _Stages(Timings):
 
 
 def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False, doc: str | os.PathLike | None = None,
-                log: Log = print, extend_to: int = 0, title: str | None = None) -> dict:
+                log: Log = print, extend_to: int = 0, title: str | None = None, command: str | None = None) -> dict:
     """Every stage (module docstring), resumable; ``extend_to`` > 0 adds ``extend_runs`` after the methods (runs
     that did not reach on-policy's pass@1 continue up to that step); returns {"tables", "figures", "timings",
     "page"}."""
@@ -569,7 +570,7 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
         st["note"] = f"{len(tables)} tables, {len(figs)} PNGs"
     page = None
     if doc is not None:
-        page = write_page(out, b, doc=Path(doc), log=log, title=title)
+        page = write_page(out, b, doc=Path(doc), log=log, title=title, command=command)
     return {"tables": tables, "figures": figs, "timings": t, "page": page}
 
 
@@ -607,8 +608,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 2 when the cores are idle, else 1, as python -m demo)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     b = BUDGETS[args.budget]
+    # the page's "Regenerate" line: the command itself where it chose rows, a page, a title or an extension
+    rest = [a for a in argv if a not in ("--write-only", "--fresh")]
+    command = ("python -m demo.premise " + shlex.join(rest)) if rest and (
+        args.methods or args.title or args.extend_to or args.seeds is not None) else None
     if args.seeds is not None:
         if args.seeds < 1:
             p.error("--seeds must be >= 1")
@@ -628,12 +634,12 @@ def main(argv: list[str] | None = None) -> int:
             analyse(out, b, log=print)
             draw(out, log=print)
             if doc:
-                write_page(out, b, doc=Path(doc), log=print, title=args.title)
+                write_page(out, b, doc=Path(doc), log=print, title=args.title, command=command)
             return 0
         threads, why = (args.threads, "--threads") if args.threads else auto_threads()
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)
-        run_premise(b, out, fresh=args.fresh, doc=doc, extend_to=args.extend_to, title=args.title)
+        run_premise(b, out, fresh=args.fresh, doc=doc, extend_to=args.extend_to, title=args.title, command=command)
         return 0
 
     # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143
