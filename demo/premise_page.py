@@ -197,7 +197,7 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
         "`docs/miniature.md` has one path per problem and showed no narrowing).",
         "",
         f"Regenerate: `{command}` (resumable: finished runs, graded problems and relay problems are skipped; "
-        "`python -m demo.premise --write-only` rewrites this page from the cached tables; the figures and "
+        "the same command with `--write-only` rewrites this page from the cached tables; the figures and "
         "`notebooks/premise.ipynb` read the same tables under `<out>/tables/`). The grid that chose this regime: "
         "`python -m demo.premise_search` (section *Grid searched*). `python -m demo`, the main job (`demo.reduced`), "
         f"runs this regime with one training seed per method and the rows {', '.join(method_list(REDUCED))}, and its "
