@@ -255,10 +255,7 @@ def extend_runs(out: Path, b: PremiseBudget, *, data: dict, extend_to: int, log:
     of the budget (methods, seed lift, compute) reads the same steps as without the extension.
     ``out/extension.json`` records which runs went how far; returns it."""
     root, ks = out / "eval", k_grid(b.eval_n)
-    steps = extension_steps(b, extend_to)
-    if not steps:
-        raise DemoError(f"--extend-to {extend_to}: needs a step count past total_steps ({b.total_steps}) by at least "
-                        f"curve_every ({b.curve_every}), and the budget's curve_every > 0")
+    steps = check_extend_to(b, extend_to)
     record = {"extend_to": extend_to, "curve_every": b.curve_every, "runs": {}}
     for seed in range(b.seeds):
         target = _pass1(root, eval_name("onpolicy", seed), ks)
@@ -266,8 +263,12 @@ def extend_runs(out: Path, b: PremiseBudget, *, data: dict, extend_to: int, log:
             continue
         for method in method_list(b):
             run = eval_name(method, seed)
-            scored = [_pass1(root, curve_name(method, seed, st), ks) for st in curve_steps(b)] + [_pass1(root, run, ks)]
-            if method == "onpolicy" or None in scored[-1:] or max(x for x in scored if x is not None) >= target:
+            final = _pass1(root, run, ks)
+            if method == "onpolicy" or final is None:
+                continue
+            best = max([final, *(x for st in curve_steps(b)
+                                 if (x := _pass1(root, curve_name(method, seed, st), ks)) is not None)])
+            if best >= target:
                 continue
             src = out / "runs" / run
             long = src.parent / long_name(run)
@@ -281,23 +282,29 @@ def extend_runs(out: Path, b: PremiseBudget, *, data: dict, extend_to: int, log:
                 # the run's own recorded settings, continued: only the folder and the step count change
                 cfg = load_config(long / "config.yaml", {"run_name": long.name, "output_dir": str(long.parent),
                                                          "total_steps": st})
-                done = len(read_metrics(long))
-                if not (done >= st and checkpoint(cfg, st).is_dir()):
-                    log(f"{long.name}: pass@1 {max(x for x in scored if x is not None):.1%} < on-policy's "
-                        f"{target:.1%}: training to step {st}")
+                if not (len(read_metrics(long)) >= st and checkpoint(cfg, st).is_dir()):
+                    log(f"{long.name}: pass@1 {best:.1%} < on-policy's {target:.1%}: training to step {st}")
                     train(cfg, Dist())
                 evaluate([(curve_name(method, seed, st), checkpoint(cfg, st))], b, heldout=data["heldout"],
                          root=root, n=b.eval_n, log=log)
-                scored.append(_pass1(root, curve_name(method, seed, st), ks))
-                if scored[-1] >= target:
+                best = max(best, _pass1(root, curve_name(method, seed, st), ks))
+                if best >= target:
                     reached = st
                     break
             record["runs"][run] = {"method": method, "seed": seed, "target_pass@1": target, "trained_to": st,
                                    "reached_at": reached}
-            atomic_write_json(out / EXTENSION, record, indent=1)
-    atomic_write_json(out / EXTENSION, record, indent=1)
+    atomic_write_json(out / EXTENSION, record, indent=1)   # a rerun re-derives it from the eval files
     log(f"extension: {len(record['runs'])} runs continued past step {b.total_steps} (-> {out / EXTENSION})")
     return record
+
+
+def check_extend_to(b: PremiseBudget, extend_to: int) -> list[int]:
+    """The checkpoints ``--extend-to`` would score past the budget (``extension_steps``); DemoError when none."""
+    steps = extension_steps(b, extend_to)
+    if not steps:
+        raise DemoError(f"--extend-to {extend_to}: give a step count of at least total_steps + curve_every "
+                        f"({b.total_steps} + {b.curve_every}) for budget {b.name}")
+    return steps
 
 
 def run_relay_stage(out: Path, b: PremiseBudget, *, early: Path, final: Path, heldout: Path, log: Log):
@@ -627,9 +634,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         method_list(b)   # a bad --methods: one line, exit 2, before anything runs
-        if args.extend_to and not extension_steps(b, args.extend_to):
-            raise DemoError(f"--extend-to {args.extend_to}: give a step count of at least total_steps + curve_every "
-                            f"({b.total_steps} + {b.curve_every}) for budget {b.name}")
+        if args.extend_to:
+            check_extend_to(b, args.extend_to)   # before anything runs
         if args.write_only:
             analyse(out, b, log=print)
             draw(out, log=print)
