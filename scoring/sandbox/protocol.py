@@ -18,8 +18,9 @@ own folder (``python -I -S -B runner.py``: no site, no project package), the gra
 MEMORY_EXIT = 213                 # exit status the case process uses for an uncaught MemoryError
 HOST_TMP = "/.host-tmp"           # where host paths under /tmp (a checkout or venv there) appear in the jail
 HARNESS_MODES = ("lcb_stdin", "lcb_call", "evalplus")
+TEST_MODES = ("checks", "assert")   # the modes whose verdict needs the epilogue's completion token (epilogue.py)
 
-__all__ = ["CallException", "HARNESS_MODES", "HOST_TMP", "MEMORY_EXIT", "Opaque", "decode_tagged", "encode_tagged",
+__all__ = ["CallException", "HARNESS_MODES", "HOST_TMP", "MEMORY_EXIT", "TEST_MODES", "Opaque", "decode_tagged", "encode_tagged",
            "is_numpy", "jail_path", "jsonable"]
 
 

@@ -36,10 +36,12 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
-from protocol import HARNESS_MODES, MEMORY_EXIT, encode_tagged, jail_path, jsonable  # noqa: E402 (after the path)
+from protocol import HARNESS_MODES, MEMORY_EXIT, TEST_MODES, decode_tagged, encode_tagged, jail_path, jsonable  # noqa: E402
+import epilogue  # noqa: E402 (after the path)
 sys.path.remove(_HERE)
 
 SIGKILL = 9
+TOKEN_TAG = b"\x00token:"  # on the set-up pipe: the case's completion token (a set-up failure is any other text)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
@@ -53,6 +55,10 @@ _libc = None
 _PRELUDE = None
 _HARNESS = None             # the call's harness function (``_load_harness``), None for a plain program
 _RECORDS = None             # the ``records`` module, with the harness
+_PRELUDE_NS = None          # the namespace the prelude ran in (its helpers' globals): watched in ``assert`` mode
+# stdlib classes whose comparison a test may use (``epilogue.prepare``), when their module is loaded
+_TRUSTED_CLASSES = (("collections", ("Counter", "OrderedDict", "defaultdict", "deque", "UserDict", "UserList",
+                                     "UserString", "ChainMap")), ("fractions", ("Fraction",)))
 
 
 def _send(fd, msg):
@@ -203,12 +209,18 @@ def _case_process(spec, case, fds):
         os.chdir(spec["cwd"])
         os.environ["HOME"] = spec["cwd"]
         os.environ["TMPDIR"] = "/tmp"
+        token = None
+        if spec["mode"] in TEST_MODES:   # drawn here, after the fork: the runner learns it, the program never does
+            token = os.urandom(16).hex().encode()
+            os.write(setup_fd, TOKEN_TAG + token)
     except BaseException as e:  # an infrastructure failure, reported on a pipe the program never holds
         try:
             os.write(setup_fd, f"{e!r}".encode()[:4000] or b"?")
         finally:
             os._exit(126)
     os.close(setup_fd)
+    if token is not None:
+        os._exit(_run_tests(spec, case, token))
     os._exit(_run_program(spec, case) if _HARNESS is None else _run_harness(_HARNESS, spec, case))
 
 
@@ -265,6 +277,45 @@ def _run_program(spec, case):
         except BaseException:
             pass
     return rc
+
+
+def _run_tests(spec, case, token):
+    """A test mode's case (``epilogue``): the program, then its tests (``checks``: calls whose values go back as
+    data; ``assert``: test code), then the token. ``SystemExit`` is a failure; the program's hooks are never
+    called. Returns the exit status."""
+    import json
+    sys.set_int_max_str_digits(spec["int_max_str_digits"])
+    sys.argv = ["main.py"]
+    sys.path[:0] = spec["pythonpath"]
+    main = type(sys)("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    g = main.__dict__
+    try:
+        if _PRELUDE is not None:
+            g.update(_PRELUDE)
+        exec(compile(spec["source"], "main.py", "exec"), g)
+        if spec["mode"] == "checks":
+            epilogue.run_checks(case, g, token, encode_tagged, decode_tagged, json.dumps, json.loads)
+            return 0
+        hidden = set(epilogue.pristine_builtins()) | set(_PRELUDE or ()) | set(spec["watch"])
+        ns = epilogue.test_namespace({k: v for k, v in g.items() if k not in hidden}, _PRELUDE or {})
+        exec(compile(case, "tests.py", "exec"), ns)
+        where = epilogue.tampered()
+        if where:
+            raise epilogue.Untrusted(f"the program changed {where}")
+        epilogue.write_result(b"", token)
+        return 0
+    except SystemExit:
+        epilogue.fail("SystemExit: the program exited before its tests finished")
+        return 1
+    except MemoryError:
+        g.clear()
+        epilogue.fail("MemoryError")
+        return MEMORY_EXIT
+    except BaseException as e:
+        epilogue.fail(epilogue.exception_text(e))
+        return 1
 
 
 def _target(spec, g):
@@ -514,10 +565,21 @@ def main():
         if spec["prelude"]:
             # Trusted code from the grader (imports, sys.setrecursionlimit): run once here, and each case process
             # (a fork of this one) starts from a copy of the names it defined.
-            global _PRELUDE
+            global _PRELUDE, _PRELUDE_NS
             ns = {"__name__": "__main__", "__builtins__": __builtins__}
             exec(compile(spec["prelude"], "<prelude>", "exec"), ns)
             _PRELUDE = {k: v for k, v in ns.items() if k not in ("__name__", "__builtins__")}
+            _PRELUDE_NS = ns
+        if spec["mode"] in TEST_MODES:   # what the epilogue trusts and watches, as it is before any program runs
+            watched = []
+            for name in spec["watch"]:
+                try:
+                    watched.append(__import__(name).__dict__)
+                except BaseException:
+                    pass   # a test that imports a missing module fails there
+            epilogue.prepare([getattr(sys.modules[m], c) for m, names in _TRUSTED_CLASSES if m in sys.modules
+                              for c in names if hasattr(sys.modules[m], c)])
+            epilogue.watch(watched + ([_PRELUDE_NS] if _PRELUDE_NS is not None else []))
         t3 = time.monotonic()
         _send(status_fd, {"t": "ready", "setup_s": t3 - t0, "pidns": in_pidns,
                           "cgroup_s": t1 - t0, "jail_s": t2 - t1, "preimport_s": t3 - t2})
@@ -560,7 +622,11 @@ def main():
             out, out_trunc = _read_capped(out_fd, spec["max_stdout"])
             err, err_trunc = bytes(sink.data), sink.truncated
             res, res_trunc = (None, False) if res_fd is None else _read_capped(res_fd, spec["max_result"])
+            completed = None
             setup_error = _read_all(setup_r)
+            token = None
+            if setup_error.startswith(TOKEN_TAG):
+                token, setup_error = setup_error[len(TOKEN_TAG):], b""
             if setup_error:
                 why = setup_error.decode(errors="replace")
                 _send(status_fd, {"t": "fail", "msg": f"sandbox case setup failed: {why}"})
@@ -568,6 +634,10 @@ def main():
             for fd in (in_fd, out_fd, err_r, res_fd, setup_r):
                 if fd is not None:
                     os.close(fd)
+            if mode in TEST_MODES:   # finished only when the epilogue's token closes the result channel
+                tail = epilogue.TOKEN_SEP + (token or b"?")
+                completed = token is not None and not res_trunc and res.endswith(tail)
+                res = res[:-len(tail)] if completed else res
             msg = {
                 "t": "case", "i": i, "wall_s": wall, "timed_out": timed_out,
                 "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
@@ -575,7 +645,7 @@ def main():
                 "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
                 "stdout": out, "stdout_truncated": out_trunc,
                 "stderr": err, "stderr_truncated": err_trunc,
-                "result": res, "result_truncated": res_trunc,
+                "result": res, "result_truncated": res_trunc, "completed": completed,
             }
             _send(status_fd, msg)
         except BaseException as e:
