@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["micro_batches"]
+__all__ = ["micro_batches", "rank_groups"]
 
 
 def micro_batches(shapes: Sequence[tuple[int, int]], *, rows: int, tokens: int = 0, rank: int = 0,
@@ -21,7 +21,8 @@ def micro_batches(shapes: Sequence[tuple[int, int]], *, rows: int, tokens: int =
 
     ``prompt_keys`` (one hashable per row, equal for rows of the same prompt) is for the flat forward: rows of a
     prompt stay together, in order of first appearance, and ``tokens`` counts what the flat forward computes,
-    each distinct prompt once plus every response token.
+    each distinct prompt once plus every response token. Across ranks, whole groups go to one rank (its prompt is
+    then computed once on one rank, not once per rank), balanced by those tokens (``rank_groups``).
     """
     def split(idx) -> list[list[int]]:
         out: list[list[int]] = []
@@ -69,6 +70,29 @@ def micro_batches(shapes: Sequence[tuple[int, int]], *, rows: int, tokens: int =
         return out + [cur] if cur else out
 
     n = len(shapes)
-    cut = split if prompt_keys is None else split_flat
-    count = max(len(cut(range(r, n, world_size))) for r in range(world_size))
-    return cut(range(rank, n, world_size)), count
+    if prompt_keys is None:
+        shards = [range(r, n, world_size) for r in range(world_size)]
+        cut = split
+    else:
+        shards = rank_groups(shapes, prompt_keys, world_size)
+        cut = split_flat
+    count = max(len(cut(shard)) for shard in shards)
+    return cut(shards[rank]), count
+
+
+def rank_groups(shapes: Sequence[tuple[int, int]], prompt_keys: Sequence, world_size: int) -> list[list[int]]:
+    """Each rank's rows when whole groups (rows with equal ``prompt_keys``) go to one rank: the groups, heaviest
+    first (the flat forward's tokens: the prompt once plus every response), each to the rank with the fewest
+    tokens so far (the lowest rank on a tie; greedy longest-processing-time, within 4/3 of the best split). A
+    function of the shapes alone, so every rank computes every rank's share. Rows keep their order within a rank."""
+    groups: dict = {}
+    for i, key in enumerate(prompt_keys):
+        groups.setdefault(key, []).append(i)
+    cost = {k: shapes[m[0]][0] + sum(max(1, shapes[i][1]) for i in m) for k, m in groups.items()}
+    order = sorted(groups, key=lambda k: (-cost[k], groups[k][0]))
+    load, out = [0] * world_size, [[] for _ in range(world_size)]
+    for k in order:
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        load[r] += cost[k]
+        out[r].extend(groups[k])
+    return [sorted(rows) for rows in out]

@@ -32,12 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from inference.layers import DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
+from inference.layers import SHARDED, DecodeLayer, apply_rotary, fast_path_unsupported_reason, rotate_half_matrix
+
+FSDP_METHOD = "flat_run"     # the root's method that runs a layout (``enable_fsdp``)
+LAYER_METHOD = "flat_layer"  # each decoder layer's method
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
-    """None when ``flat_forward`` computes the same function as ``model.forward``, else why not."""
+    """None when ``flat_forward`` computes the same function as ``model.forward``, else why not. A model sharded
+    by FSDP2 qualifies once ``enable_fsdp`` gave it the methods FSDP's hooks gather the parameters for."""
     reason = fast_path_unsupported_reason(model)
+    if reason == SHARDED and getattr(model, FSDP_METHOD, None) is not None:
+        reason = None
     if reason is not None:
         return reason
     layers = model.model.layers
@@ -57,7 +63,6 @@ class FlatLayout:
     pos: torch.Tensor          # [N] position ids
     n_prompt: int              # flat tokens [0, n_prompt) are prompt tokens
     p_idx: torch.Tensor        # [U, P] flat index of prompt u's token j (0 where j >= len)
-    p_mask: torch.Tensor       # [U, 1, P, P] additive: causal within the prompt
     p_out: torch.Tensor        # [n_prompt] position in the U*P grid of each prompt token, in flat order
     r_q: torch.Tensor          # [n, Q] flat index of row i's response input t (0 where t >= len - 1)
     r_k: torch.Tensor          # [n, P + Q] keys: its prompt's tokens, then its own response inputs
@@ -101,7 +106,6 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     for L in q_len:
         r_off.append(r_off[-1] + L)
     P, Q = max(p_len), max(q_len)
-    U = len(uniq)
 
     ids = torch.tensor([t for p in uniq for t in p] + [t for r in inputs for t in r], dtype=torch.long)
     pos = torch.cat([torch.arange(L) for L in p_len]
@@ -111,8 +115,6 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     p_len_t, p_off_t = torch.tensor(p_len), torch.tensor(p_off[:-1])
     p_valid = ar_p[None, :] < p_len_t[:, None]                                          # [U, P]
     p_idx = torch.where(p_valid, p_off_t[:, None] + ar_p[None, :], 0)
-    allowed = (ar_p[None, :, None] >= ar_p[None, None, :]) & p_valid[:, None, :]      # query j, key j' <= j
-    p_mask = torch.zeros(U, 1, P, P).masked_fill_(~allowed[:, None], neg)
     p_out = p_valid.reshape(-1).nonzero().squeeze(1)
 
     ar_q = torch.arange(Q)
@@ -143,7 +145,7 @@ def build_layout(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[
     def t(x, dtype=torch.long):
         return torch.as_tensor(x, dtype=dtype).to(device)
 
-    return FlatLayout(ids=t(ids), pos=t(pos), n_prompt=n_prompt, p_idx=t(p_idx), p_mask=p_mask.to(device),
+    return FlatLayout(ids=t(ids), pos=t(pos), n_prompt=n_prompt, p_idx=t(p_idx),
                       p_out=t(p_out), r_q=t(r_q), r_k=t(r_k), r_mask=r_mask.to(device), r_out=t(r_out),
                       logit_src=t(src), targets=t(tgt), out_rows=t(rows), out_cols=t(cols), seq=seq)
 
@@ -153,11 +155,57 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:   # x [N, heads
     return x.index_select(0, idx.reshape(-1)).view(*idx.shape, *x.shape[1:]).transpose(1, 2)
 
 
-def _attend(q, k, v, idx_q, idx_k, mask, scaling, gqa) -> torch.Tensor:
+# The SDPA backend each part of the flat attention got, the first time it ran on each device type (``sdpa_backend``):
+# {"cuda/prompts": "flash", "cuda/responses": "efficient", ...}. The trainer prints it once.
+BACKENDS: dict[str, str] = {}
+
+
+def sdpa_backend(q, k, v, mask, is_causal: bool, gqa: bool) -> str:
+    """The kernel ``F.scaled_dot_product_attention`` picks for these arguments (``torch._fused_sdp_choice``: the
+    dispatcher's own choice, on CPU and CUDA alike): ``flash``, ``efficient``, ``cudnn``, ``math``..."""
+    try:
+        from torch.nn.attention import SDPBackend
+        choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, enable_gqa=gqa)
+        return SDPBackend(choice).name.lower().replace("_attention", "")
+    except Exception as e:   # an older torch without enable_gqa in the choice, or a backend it cannot name
+        return f"unknown ({type(e).__name__})"
+
+
+def cuda_fused_kernels(head_dim: int, dtype: torch.dtype, *, mask: bool, is_causal: bool, gqa: bool) -> list[str]:
+    """The CUDA fused kernels whose documented constraints a call meets (torch 2.5-2.13): FlashAttention takes no
+    explicit mask (``is_causal`` is its mask), fp16/bf16, head_dim <= 256 and a multiple of 8, and grouped keys
+    (``enable_gqa``); the memory-efficient kernel takes an additive mask and fp32/fp16/bf16, but not
+    ``enable_gqa``. A call that meets neither runs the math kernel, which materializes [B, heads, Q, S] fp32
+    scores (about 11 GB per layer at the device check's size)."""
+    out = []
+    if not mask and dtype in (torch.float16, torch.bfloat16) and head_dim <= 256 and head_dim % 8 == 0:
+        out.append("flash")
+    if not gqa and dtype in (torch.float32, torch.float16, torch.bfloat16):
+        out.append("efficient")
+    return out
+
+
+def _attend(q, k, v, idx_q, idx_k, mask, scaling, gqa, part: str) -> torch.Tensor:
     """SDPA over gathered rows: q/k/v [N, heads, d]; idx_q [B, Q], idx_k [B, S] (padding slots point at token 0:
-    the mask gives them zero weight as keys, and padding queries are never read back)."""
+    the mask gives them zero weight as keys, and padding queries are never read back).
+
+    Two calls a fused kernel accepts (``cuda_fused_kernels``): ``mask=None`` is causal attention over a square,
+    right-padded grid (the prompts: a real query only reaches real keys at or before it), which FlashAttention
+    takes with grouped keys as they are; with a mask (the responses: the shared prompt's keys, then their own,
+    causally), grouped keys are expanded to the query heads, since the memory-efficient kernel takes a mask but not
+    ``enable_gqa``."""
     qb, kb, vb = _gather(q, idx_q), _gather(k, idx_k), _gather(v, idx_k)
-    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask.to(qb.dtype), scale=scaling, enable_gqa=gqa)
+    if mask is not None:
+        mask = mask.to(qb.dtype)
+        if gqa:
+            rep = qb.shape[1] // kb.shape[1]
+            kb, vb = kb.repeat_interleave(rep, dim=1), vb.repeat_interleave(rep, dim=1)
+            gqa = False
+    key = f"{qb.device.type}/{part}"
+    if key not in BACKENDS:
+        BACKENDS[key] = sdpa_backend(qb, kb, vb, mask, mask is None, gqa)
+    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=mask is None, scale=scaling,
+                                       enable_gqa=gqa)
     return o.transpose(1, 2).reshape(-1, o.shape[1] * o.shape[3])   # [B * Q, nq * d]
 
 
@@ -174,9 +222,10 @@ def _layer(layer, h, cos, sin, rot, lay: FlatLayout, kv_sink=None):
     if kv_sink is not None:
         kv_sink(a.layer_idx, k, v)
     gqa = q.shape[1] != k.shape[1]
-    parts = [_attend(q, k, v, lay.p_idx, lay.p_idx, lay.p_mask, a.scaling, gqa).index_select(0, lay.p_out)]
+    parts = [_attend(q, k, v, lay.p_idx, lay.p_idx, None, a.scaling, gqa, "prompts").index_select(0, lay.p_out)]
     if lay.r_q.shape[1] > 0:
-        parts.append(_attend(q, k, v, lay.r_q, lay.r_k, lay.r_mask, a.scaling, gqa).index_select(0, lay.r_out))
+        parts.append(_attend(q, k, v, lay.r_q, lay.r_k, lay.r_mask, a.scaling, gqa, "responses")
+                     .index_select(0, lay.r_out))
     h = h + a.o_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
     x = layer.post_attention_layernorm(h)
     return h + m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x))
@@ -193,8 +242,40 @@ def flat_forward(model, prompts: Sequence[Sequence[int]], responses: Sequence[Se
     return run_layout(model, lay, kv_sink=kv_sink), lay
 
 
+def enable_fsdp(model) -> bool:
+    """Let the flat forward run on a model sharded by FSDP2 (``fully_shard`` on every decoder layer and the root).
+
+    FSDP2 gathers a unit's parameters in the hooks of its ``forward`` and reshards them after; the flat forward
+    calls the layers' submodules itself, which those hooks never see. So each decoder layer gets the flat layer as
+    a method and the root the whole layout run, and ``torch.distributed.fsdp.register_fsdp_forward_method``
+    gives those methods the same pre- and post-forward hooks (gather, mixed-precision casts, reshard, the
+    backward's re-gather) that ``forward`` has. Returns whether it did (False: not an FSDP2 model, or an
+    architecture the flat forward does not take)."""
+    from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+    import types
+    if not isinstance(model, FSDPModule) or fast_path_unsupported_reason(model) not in (None, SHARDED):
+        return False
+    layers = model.model.layers
+    if not all(isinstance(layer, FSDPModule) and DecodeLayer.supports(layer) for layer in layers):
+        return False
+    for layer in layers:
+        setattr(layer, LAYER_METHOD, types.MethodType(_layer, layer))
+        register_fsdp_forward_method(layer, LAYER_METHOD)
+    setattr(model, FSDP_METHOD, types.MethodType(_run_layout, model))
+    register_fsdp_forward_method(model, FSDP_METHOD)
+    return True
+
+
 def run_layout(model, lay: FlatLayout, *, kv_sink=None) -> torch.Tensor:
-    """The model over a built layout: logits at ``lay.logit_src``."""
+    """The model over a built layout: logits at ``lay.logit_src`` (through FSDP's hooks when ``enable_fsdp`` gave
+    the model its method)."""
+    sharded = getattr(model, FSDP_METHOD, None)
+    if sharded is not None:
+        return sharded(lay, kv_sink=kv_sink)
+    return _run_layout(model, lay, kv_sink=kv_sink)
+
+
+def _run_layout(model, lay: FlatLayout, *, kv_sink=None) -> torch.Tensor:
     inner = model.model
     h = inner.embed_tokens(lay.ids)                                    # [N, H]
     with torch.no_grad():
@@ -204,9 +285,10 @@ def run_layout(model, lay: FlatLayout, *, kv_sink=None) -> torch.Tensor:
     # activation checkpointing as the model's own forward does it: per layer, when enabled and under autograd
     ckpt = torch.is_grad_enabled() and any(getattr(x, "gradient_checkpointing", False) for x in inner.layers)
     for layer in inner.layers:
+        fn = getattr(layer, LAYER_METHOD, None) or (lambda *a, layer=layer: _layer(layer, *a))
         if ckpt:
-            h = checkpoint(_layer, layer, h, cos, sin, rot, lay, kv_sink, use_reentrant=False)
+            h = checkpoint(fn, h, cos, sin, rot, lay, kv_sink, use_reentrant=False)
         else:
-            h = _layer(layer, h, cos, sin, rot, lay, kv_sink)
+            h = fn(h, cos, sin, rot, lay, kv_sink)
     hidden = inner.norm(h.index_select(0, lay.logit_src))              # [M, H]
     return model.lm_head(hidden)

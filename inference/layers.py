@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DecodeLayer", "apply_rotary", "fast_path_unsupported_reason", "rms_norm", "rotate_half_matrix"]
+__all__ = ["SHARDED", "DecodeLayer", "apply_rotary", "fast_path_unsupported_reason", "rms_norm", "rotate_half_matrix"]
 
 _FAST_MODEL_TYPES = {"llama", "qwen2", "qwen3"}
+SHARDED = "parameters are sharded (DTensor)"   # the reason a sharded model has no fast path without FSDP's hooks
 _STATIC_ROPE_TYPES = {None, "default", "linear", "llama3", "yarn"}
 
 
@@ -149,5 +150,5 @@ def fast_path_unsupported_reason(model: torch.nn.Module) -> str | None:
         return f"rope_type {rope_type!r} depends on the sequence length"
     # FSDP2-sharded parameters are gathered by the root module's forward hooks, which the fast path bypasses
     if any(type(p).__name__ == "DTensor" for p in model.parameters()):
-        return "parameters are sharded (DTensor)"
+        return SHARDED
     return None

@@ -141,3 +141,33 @@ def test_flat_forward_in_bfloat16():
     assert (lp_m[mask] - lp_f[mask]).abs().max() < 2e-2          # log-probs are ~4 nats here
     lp_f[mask].sum().backward()
     assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_every_attention_call_is_one_a_cuda_fused_kernel_accepts(monkeypatch):
+    """The flat forward's two SDPA calls meet a CUDA fused kernel's constraints in bf16 (the prompts' causal call
+    FlashAttention's, grouped keys and all; the responses' masked call, keys expanded to the query heads, the
+    memory-efficient kernel's), where the old masked grouped-key call met none and fell to the math kernel. The
+    kernel each part got is recorded (here: the CPU's own choice), and the numbers do not move."""
+    import torch.nn.functional as F
+    from inference import flat
+    from inference.flat import BACKENDS, cuda_fused_kernels
+    assert cuda_fused_kernels(128, torch.bfloat16, mask=True, is_causal=False, gqa=True) == []   # the old call
+    calls, real = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+        calls.append((q.shape[-1], q.dtype, attn_mask is not None, is_causal, enable_gqa, q.shape[1], k.shape[1]))
+        return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    model = _model("qwen2", kv_heads=2).to(torch.bfloat16)
+    prompts, responses = _batch(seed=3)
+    lp_before, _, mask = response_logprobs(model, prompts, responses, pad_id=PAD, device="cpu", forward="model")
+    monkeypatch.setattr(flat.F, "scaled_dot_product_attention", spy)
+    BACKENDS.clear()
+    lp, _, mask_f = response_logprobs(model, prompts, responses, pad_id=PAD, device="cpu", forward="flat")
+    assert len(calls) == 2 * 2   # two layers, prompts and responses each
+    for head_dim, dtype, has_mask, causal, gqa, nq, nk in calls:
+        assert has_mask != causal and (gqa or nq == nk)
+        assert cuda_fused_kernels(head_dim, dtype, mask=has_mask, is_causal=causal, gqa=gqa) \
+            == (["flash"] if not has_mask else ["efficient"])
+    assert set(BACKENDS) == {"cpu/prompts", "cpu/responses"} and all(BACKENDS.values())
+    assert torch.equal(mask, mask_f) and (lp_before[mask] - lp[mask]).abs().max() < 2e-2

@@ -134,12 +134,14 @@ def reference_runs(tmp_path_factory, sft_policy_dir):
     """The same run on one rank (in this process) and on two (torchrun), uninterrupted."""
     root = tmp_path_factory.mktemp("multirank")
     one = _one_rank(_overrides(root / "one", sft_policy_dir))
-    _two_ranks(_overrides(root / "two", sft_policy_dir))
-    return {"root": root, "one": one, "two": root / "two" / "run", "policy": sft_policy_dir}
+    res = _two_ranks(_overrides(root / "two", sft_policy_dir))
+    return {"root": root, "one": one, "two": root / "two" / "run", "policy": sft_policy_dir, "stderr": res.stderr}
 
 
 def test_two_ranks_train_the_same_rows_and_numbers_as_one(reference_runs):
     one, two = reference_runs["one"], reference_runs["two"]
+    # the sharded policy trains through the padding-free forward (FSDP's hooks around inference.flat's methods)
+    assert "training forward: flat (inference/flat.py)" in reference_runs["stderr"]
     worst = assert_same_run(one, two)
     counts = assert_records_complete(two)
     assert counts == assert_records_complete(one)

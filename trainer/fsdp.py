@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
+from inference.flat import enable_fsdp
 from inference.hub import ModelSourceError
 
 
@@ -92,6 +93,7 @@ def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) ->
     for module in [*layers, model]:
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
+    enable_fsdp(model)   # the padding-free forward through FSDP's hooks (Llama-family architectures)
     return model
 
 

@@ -71,7 +71,7 @@ from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.records import rollout_path, write_rollouts
 from inference import make_sampler, resolve_engine
-from inference.flat import unsupported_reason
+from inference.flat import BACKENDS as FLAT_BACKENDS, unsupported_reason
 from inference.hub import ModelSourceError
 from trainer import checkpoint as ckpt
 from trainer import history
@@ -188,6 +188,9 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                 skip_update(scheduler)
                 metrics["sampling/skipped_update"] = 1
             produced_tokens += sum(len(r.response_ids) for r in rows)
+            if d.is_main and step == start and FLAT_BACKENDS:   # the SDPA kernels the flat forward's calls got
+                print("flat attention kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(FLAT_BACKENDS.items())),
+                      file=sys.stderr)
             records = gather_records(records, d)
             t_step = time.perf_counter() - t0
             validated = validator is not None and is_due(step, val_every=cfg.val_every, total_steps=cfg.total_steps)
