@@ -144,13 +144,14 @@ def test_flat_forward_in_bfloat16():
 
 
 def test_every_attention_call_is_one_a_cuda_fused_kernel_accepts(monkeypatch):
-    """The flat forward's two SDPA calls meet a CUDA fused kernel's constraints in bf16 (the prompts' causal call
-    FlashAttention's, grouped keys and all; the responses' masked call, keys expanded to the query heads, the
-    memory-efficient kernel's), where the old masked grouped-key call met none and fell to the math kernel. The
-    kernel each part got is recorded (here: the CPU's own choice), and the numbers do not move."""
+    """The flat forward's SDPA calls are causal over blocks of whole rows, with no mask and grouped keys as they are:
+    FlashAttention's constraints in bf16, where the old masked grouped-key call met no fused kernel's and fell to
+    the math kernel ([B, heads, Q, S] fp32 scores, and an [n, 1, Q, P + Q] mask built on the host). Rows are
+    blocked by length, so padding stays within BUCKET_RATIO of each block's longest row. The kernel is recorded
+    (here the CPU's own choice), and the numbers do not move."""
     import torch.nn.functional as F
     from inference import flat
-    from inference.flat import BACKENDS, cuda_fused_kernels
+    from inference.flat import BACKENDS, BUCKET_RATIO, cuda_fused_kernels
     assert cuda_fused_kernels(128, torch.bfloat16, mask=True, is_causal=False, gqa=True) == []   # the old call
     calls, real = [], F.scaled_dot_product_attention
 
@@ -164,10 +165,19 @@ def test_every_attention_call_is_one_a_cuda_fused_kernel_accepts(monkeypatch):
     monkeypatch.setattr(flat.F, "scaled_dot_product_attention", spy)
     BACKENDS.clear()
     lp, _, mask_f = response_logprobs(model, prompts, responses, pad_id=PAD, device="cpu", forward="flat")
-    assert len(calls) == 2 * 2   # two layers, prompts and responses each
+    lay = build_layout(prompts, responses, device="cpu")
+    assert len(calls) == 2 * len(lay.blocks) and 1 < len(lay.blocks) < len(prompts)   # two layers
     for head_dim, dtype, has_mask, causal, gqa, nq, nk in calls:
-        assert has_mask != causal and (gqa or nq == nk)
-        assert cuda_fused_kernels(head_dim, dtype, mask=has_mask, is_causal=causal, gqa=gqa) \
-            == (["flash"] if not has_mask else ["efficient"])
-    assert set(BACKENDS) == {"cpu/prompts", "cpu/responses"} and all(BACKENDS.values())
+        assert not has_mask and causal and gqa and (nq, nk) == (4, 2)
+        assert cuda_fused_kernels(head_dim, dtype, mask=has_mask, is_causal=causal, gqa=gqa) == ["flash"]
+    lengths = [len(p) + max(0, len(r) - 1) for p, r in zip(prompts, responses)]   # a row's sequence
+    widths, held = [], []
+    for blk in lay.blocks:   # a row's length in its block: past its last real flat index (index 0 is also token 0)
+        rows = [int(row.nonzero().max()) + 1 if row.any() else 1 for row in blk]
+        assert max(rows) == blk.shape[1] and min(rows) >= BUCKET_RATIO * blk.shape[1]
+        widths.append(blk.shape[1])
+        held += rows
+    assert sorted(held) == sorted(lengths) and widths == sorted(widths, reverse=True)
+    assert set(BACKENDS) == {"cpu/blocks"} and all(BACKENDS.values())
     assert torch.equal(mask, mask_f) and (lp_before[mask] - lp[mask]).abs().max() < 2e-2
+
