@@ -49,6 +49,11 @@ Isolation, per sandbox call (one call runs one program on one or more test cases
   ``evalplus``; ``harness_lcb.py``, ``harness_evalplus.py``), writing one JSON record per test to fd 3. The
   records are the program's data (it shares the process and could write them itself), checked by the grader,
   never a verdict.
+- Test modes (``mode="checks"`` / ``"assert"``, ``epilogue.py``): the program, then its tests (calls whose values
+  go back as data, or hardened test code), then a completion token the case process draws after the fork and a
+  trusted epilogue writes after the last test. A run without the token failed, whatever its exit status
+  (``RunResult.completed``); ``SystemExit`` is a failure and the program's hooks are never called. The assertion
+  graders (``scoring.code.grade_assert_script``, ``scoring.asserts``) use them.
 - Packages: ``packages=("numpy",)`` shows an installed package to programs, read-only in the jail (only its own
   folder and a wheel's ``<name>.libs``); ``preimport`` imports it once in the runner before the cases fork.
 
@@ -70,6 +75,7 @@ Modules (one role each):
   the program run as ``__main__`` or called (function, calls modes).
 - ``harness_lcb``, ``harness_evalplus`` (with ``records``, what they share): the reference graders' harnesses,
   all of a problem's tests in one case process.
+- ``epilogue``: the trusted code a test mode runs after the program (token, strict comparison, tamper check).
 - ``protocol``: what both sides agree on (exit codes, jail paths, the harness names, the tagged values
   ``encode_tagged`` / ``decode_tagged``), standard library only.
 
