@@ -5,7 +5,7 @@
   intervals, polynomials, tuples, wrong answers and unboxed responses, each behind ~1 kB of reasoning text.
   For context the same items graded one by one in this process (``math_item``, one core).
 - Code: ``scoring.sandbox.run_many`` (a thread per core) of ``run_cases`` calls, each running a small stdin program
-  on ``cases`` test inputs with every isolation layer on (namespaces, jail, uid 65534, rlimits, cgroup).
+  on ``cases`` test inputs with every isolation layer on (namespaces, jail, a uid per call, seccomp, rlimits).
   Reported as test executions per second.
 - Overhead: one ``run_program("pass")`` (a whole sandbox call: unshare, runner, jail, one case) vs one bare
   ``subprocess.run([sys.executable, "-c", "pass"])``; target <= 2x. ``python -I -S -c pass`` (no site

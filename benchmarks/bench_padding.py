@@ -24,11 +24,20 @@ from benchmarks.common import BenchResult, Check, Context
 from inference.batching import micro_batches
 from inference.flat import build_layout
 
-PRESETS = {   # name -> (max_prompt_tokens, max_response_tokens, prompts_per_step, samples_per_prompt, micro_batch_size,
-    #                   micro_batch_tokens), from trainer/configs/
-    "qwen25math7b_seeds_entropy": (1024, 3072, 32, 8, 8, 32768),
-    "qwen3_4b_code_seeds_state": (2048, 16384, 32, 8, 2, 32768),
-}
+PRESET_NAMES = ("qwen25math7b_seeds_entropy", "qwen3_4b_code_seeds_state")
+
+
+def preset_shapes(name: str) -> tuple[int, int, int, int, int, int]:
+    """(max_prompt_tokens, max_response_tokens, prompts_per_step, samples_per_prompt, micro_batch_size,
+    micro_batch_tokens) of a preset in trainer/configs/."""
+    from trainer.config import load_config
+    from pathlib import Path
+    cfg = load_config(str(Path(__file__).resolve().parents[1] / "trainer" / "configs" / f"{name}.yaml"), [])
+    return (cfg.max_prompt_tokens, cfg.max_response_tokens, cfg.prompts_per_step, cfg.samples_per_prompt,
+            cfg.micro_batch_size, cfg.micro_batch_tokens)
+
+
+PRESETS = {name: preset_shapes(name) for name in PRESET_NAMES}
 WORLD = 8
 
 

@@ -80,6 +80,53 @@ def terms(s: dict, *, tokens: int, ranks: int = RANKS) -> dict[str, float]:
     }
 
 
+def scoring_bytes_per_token(s: dict) -> int:
+    """One decoder layer's working set in a no-grad forward, bytes per token: nothing is saved for backward, so only
+    the block running holds memory beside the residual stream and the block's normed input (h x 2 x 2): the MLP's
+    silu(gate), up and their product (m x 2 x 3), or the attention block's q, k, v with the rotated q and k and the
+    attention output (q x 2 x 3 + kv x 2 x 3), whichever is larger (the MLP at every preset)."""
+    h, q, kv, m = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"], s["mlp"]
+    return 4 * h + max(6 * m, 6 * q + 6 * kv)
+
+
+def generation_terms(s: dict, *, tokens: int, ranks: int = RANKS) -> dict[str, float]:
+    """What the trainer holds beside its state while the engine is awake, in GB: the two terms of a no-grad forward
+    of the policy (the sync's probe of vLLM; the refresh's scoring of its cached responses, ``micro_batch_tokens``
+    at a time, ``trainer.rollout.RolloutBuilder._score``; M2PO's stale batch and a restart's sources likewise).
+
+    ``root_gathered``: FSDP2 all-gathers the root unit (embeddings, head, final norm) for the forward and, the root
+    not resharding after forward, keeps it for a backward that never comes; ``trainer.fsdp.reshard`` after each such
+    forward (``_score``, ``sync_rollout_weights``) frees it, so it is held during the forward only (before that, it
+    stayed gathered through the whole generation: +2.2 GB at 7B). ``scoring``: the forward's transient, the larger
+    of its two moments: a decoder layer (its working set, ``scoring_bytes_per_token``, beside the layer gathered and
+    the one prefetched) and the LM head (the final norm's fp32 and bf16 output, one log-prob chunk: the chunk's
+    forward + backward measurement, an upper bound of its forward). The probe's forward is one short sequence: the
+    same root term, a negligible transient; every preset of a backbone is planned with the scoring term, so they get
+    one engine share (the KV cache, i.e. decoding throughput, is then the same in a seeds vs on-policy comparison)."""
+    t = terms(s, tokens=tokens, ranks=ranks)
+    at_layer = t["layers_in_flight"] + tokens * scoring_bytes_per_token(s) / GB
+    at_head = t["final_norm"] + t["logit_chunk"]
+    return {"root_gathered": t["root_unsharded"], "scoring": max(at_layer, at_head),
+            "scoring_at": "a decoder layer" if at_layer > at_head else "the LM head"}
+
+
+# the engine share is what the generation phase leaves of the card less this headroom (vLLM's profiling run,
+# fragmentation beyond the allowance, a longer refill batch: what the plan does not model), rounded down to a
+# multiple of UTIL_STEP; the memory/* metrics of a first run (trainer.fsdp.gpu_memory_metrics) say how much is real
+HEADROOM = 0.10
+UTIL_STEP = 0.05
+
+
+def derived_util(state_gb: float, gen: dict) -> float:
+    """The ``vllm_gpu_memory_utilization`` the plan derives: the largest multiple of ``UTIL_STEP`` whose share
+    leaves ``HEADROOM`` of the card free at the generation phase's peak (state + allowance + the no-grad forward's
+    root and transient + the share)."""
+    card = CARD_BYTES / GB
+    fixed = state_gb + CUDA_OVERHEAD_GB + gen["root_gathered"] + gen["scoring"]
+    steps = int((card * (1 - HEADROOM) - fixed) / card / UTIL_STEP + 1e-9)
+    return round(steps * UTIL_STEP, 2)
+
+
 def update_peak(t: dict) -> tuple[float, str]:
     """The larger of the two moments of backward: at the LM head (its chunk's logits alive, the last layer
     prefetched) and at the last decoder layer (recomputed, its gradients being reduced, the head gradient held)."""
@@ -101,9 +148,11 @@ def plan(preset: str) -> dict:
     kv_token = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2
     max_len = cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
     kv_gb = share - weights - 1.0   # vLLM's own activations and CUDA graphs: about 1 GB at these batch sizes
-    gen = t["state"] + share + CUDA_OVERHEAD_GB
+    g = generation_terms(s, tokens=cfg.micro_batch_tokens)
+    gen = t["state"] + share + CUDA_OVERHEAD_GB + g["root_gathered"] + g["scoring"]
     return {"preset": preset, "model": cfg.model, "params": params(s), "tokens": cfg.micro_batch_tokens,
-            "terms": t, "update_peak": peak, "update_peak_at": where, "util": cfg.vllm_gpu_memory_utilization,
+            "terms": t, "gen_terms": g, "derived_util": derived_util(t["state"], g),
+            "update_peak": peak, "update_peak_at": where, "util": cfg.vllm_gpu_memory_utilization,
             "share": share, "vllm_weights": weights, "kv_bytes_per_token": kv_token, "kv_gb": kv_gb,
             "kv_tokens": kv_gb * GB / kv_token, "max_model_len": max_len,
             "kv_sequences": kv_gb * GB / kv_token / max_len, "generation": gen,
@@ -131,12 +180,19 @@ def render() -> str:
         ("log-prob chunk, 1024 positions (measured on CPU)", lambda p: f(p["terms"]["logit_chunk"])),
         ("CUDA context, NCCL, fragmentation (allowance) + asleep engine", lambda p: f(CUDA_OVERHEAD_GB + VLLM_ASLEEP_GB)),
         ("**update phase peak** (engine asleep)", lambda p: f"**{p['update_peak']:.1f} GB** (at the {p['update_peak_at']})"),
+        ("root unit gathered by a no-grad forward (probe, scoring), resharded after it",
+         lambda p: f(p["gen_terms"]["root_gathered"])),
+        ("no-grad scoring transient, T tokens, engine awake: layer T × (4 h + 6 m) B + 2 layers, or head",
+         lambda p: f"{p['gen_terms']['scoring']:.1f} GB (at {p['gen_terms']['scoring_at']})"),
+        (f"engine share derived: leaves {HEADROOM:.0%} of the card, in steps of {UTIL_STEP:g}",
+         lambda p: f"{p['derived_util']:g}"),
         ("`vllm_gpu_memory_utilization` × 85.5 GB", lambda p: f"{p['util']:g} → {p['share']:.1f} GB"),
         ("vLLM weights (bf16)", lambda p: f(p["vllm_weights"])),
         ("vLLM KV cache: bytes per token", lambda p: f"{p['kv_bytes_per_token'] // 1024} KiB"),
         ("KV cache left (share − weights − 1 GB)", lambda p: f"{p['kv_gb']:.1f} GB ≈ {p['kv_tokens'] / 1e3:.0f} k tokens ≈ "
                                                           f"{p['kv_sequences']:.0f} × {p['max_model_len']:,}"),
-        ("**generation phase** (state + share + allowance)", lambda p: f"**{p['generation']:.1f} GB**"),
+        ("**generation phase peak** (state + share + allowance + root + scoring)",
+         lambda p: f"**{p['generation']:.1f} GB** ({p['card'] - p['generation']:.1f} GB free)"),
         ("sleep mode off: update peak + the share", lambda p: f"{p['sleep_off']:.1f} GB"),
     ]
     out = [BEGIN, "", "| per GPU | " + " | ".join(f"{c} (`{PRESETS[c]}`)" for c in cols) + " |",

@@ -18,8 +18,9 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks import (bench_binning, bench_engines, bench_gpu, bench_graders, bench_logprob_memory, bench_padding,
-                        bench_sampler_vs_generate, bench_scaling, bench_seeds_overhead, bench_trainer_vs_trl)
+from benchmarks import (bench_binning, bench_dynamic_sampling, bench_engines, bench_gpu, bench_graders,
+                        bench_logprob_memory, bench_padding, bench_sampler_vs_generate, bench_scaling,
+                        bench_seeds_overhead, bench_trainer_vs_trl)
 from benchmarks.common import (THREADS, BenchResult, Context, load_snapshot, machine_info, markdown_table,
                                result_markdown, result_text)
 
@@ -35,6 +36,7 @@ BENCHMARKS = {
     "gpu": bench_gpu,
     "logprob_memory": bench_logprob_memory,
     "padding": bench_padding,
+    "dynamic_sampling": bench_dynamic_sampling,
 }
 
 

@@ -7,7 +7,8 @@ Every term is arithmetic from the model's shapes (``benchmarks.gpu_plan.SHAPES``
 assumptions below, each stated; nothing here is measured. A term's name matches the metric a run logs, so the first
 GPU run reads against it (``time/gen_s``, ``time/train_s``, ``time/behavior_s``).
 
-- **Generation** (``time/gen_s``), one round per step (``oversample`` sizes it: trainer/sampling.py): each rank's
+- **Generation** (``time/gen_s``), one round per step of ``oversample`` x the step's prompts (``AUTO_OVERSAMPLE``
+  for the default ``auto``: trainer/sampling.py sizes it from the running keep rate, 2x at ~50 %): each rank's
   engine decodes its share of the rows with continuous batching. Response lengths are assumed uniform on
   [0, max_response_tokens] (so the longest row reaches the budget and the batch thins linearly), prompts at half
   their budget. A decode step of ``b`` live rows at context ``c`` costs the larger of reading the weights once and
@@ -18,8 +19,8 @@ GPU run reads against it (``time/gen_s``, ``time/train_s``, ``time/behavior_s``)
   the query width and layers per row, at ``MFU`` of peak.
 - **Refresh** (Thinking Seeds, ``algorithm=seeds``): every ``T`` steps the policy writes rollouts for the next ``T``
   batches: a generation of ``T`` times the step's rows, amortized over ``T`` steps. Its scoring forward (``2 P``
-  per token) counts only when the preset's loss or restart rule reads it (``trainer.rollout.needs_behavior_forward``
-  where present: ``seed_loss=state`` with the ratio rule does not).
+  per token) counts only when the preset's loss or restart rule reads it (``trainer.rollout.behavior_forward_reason``:
+  ``seed_loss=state`` with the ratio rule does not).
 - **Validation**: ``val_n`` samples of each validation problem (AIME24 + AIME25: 60) every ``val_every`` steps, at
   ``val_max_tokens``, amortized per step.
 - **Weight sync**: an allowance (``SYNC_S``) per step for the all-gather into the engine and its reload.
@@ -42,6 +43,7 @@ MFU = 0.40                 # training matmul efficiency assumed for the update (
 DECODE_FLOPS_EFF = 0.50    # share of peak a decode step's GEMMs reach at large batch
 DECODE_BW_EFF = 0.70       # share of HBM bandwidth a decode step's weight and KV reads reach
 SYNC_S = 3.0               # weight sync allowance per step (all-gather + the engine's reload)
+AUTO_OVERSAMPLE = 2.0      # oversample=auto (0, the default) sizes a round by the running keep rate: 2x at ~50 %
 VAL_PROBLEMS = 60          # AIME24 + AIME25
 STEP_TOKENS = 64           # the decode sum's stride (tokens per term)
 
@@ -97,20 +99,17 @@ def load_preset(name: str) -> dict:
 
 def needs_scoring_forward(cfg: dict) -> bool:
     """Whether a seeds refresh runs the no-grad scoring forward (the trainer's own rule when it has one)."""
-    try:
-        from trainer.config import load_config
-        from trainer.rollout import needs_behavior_forward
-        return bool(needs_behavior_forward(load_config(None, [f"{k}={v}" for k, v in cfg.items()
-                                                               if not isinstance(v, (list, dict))])))
-    except Exception:   # no such rule yet: every refresh scores its rows
-        return True
+    from trainer.config import load_config
+    from trainer.rollout import behavior_forward_reason
+    keys = ("algorithm", "seed_loss", "seed_rule", "seed_stale_loss", "record_behavior_logprobs", "behavior_logprobs")
+    return behavior_forward_reason(load_config(None, [f"{k}={cfg[k]}" for k in keys if k in cfg])) is not None
 
 
 def step_time(cfg: dict, *, oversample: float | None = None) -> StepTime:
     s = SHAPES[cfg["model"]]
     prompts, G = int(cfg["prompts_per_step"]), int(cfg["samples_per_prompt"])
     prompt, R = cfg["max_prompt_tokens"] / 2, int(cfg["max_response_tokens"])
-    k = float(oversample if oversample is not None else cfg.get("oversample", 1.0) or 1.0)
+    k = float(oversample if oversample is not None else cfg.get("oversample", 0.0) or AUTO_OVERSAMPLE)
     gen = decode_seconds(s, k * prompts * G / GPUS, prompt, R)
     upd = update_seconds(s, prompts, G, prompt, R)
     refresh = 0.0

@@ -105,10 +105,14 @@ class EvalConfig:
     # --- grading ------------------------------------------------------------------------------------------------
     grade_timeout: float = _f(GRADE_TIMEOUT_S, "hard per-answer math grading limit in seconds (a hung grader "
                                                "process is killed)")
-    workers: int | None = _f(None, "grading processes (default: one per core)")
+    workers: int | None = _f(None, "grading processes (default: the usable cores // LOCAL_WORLD_SIZE, "
+                                 "scoring.pool.workers_per_rank; THINKING_SEEDS_GRADE_WORKERS overrides)")
     allow_ungraded: bool = _f(False, "write the leaderboard and exit 0 even when some samples could not be graded "
                                      "(grader errors or grader timeouts; they are still excluded from the scores "
                                      "and counted)")
+    allow_unisolated: bool = _f(False, "code benchmarks: grade even where the sandbox is not fully isolated (not "
+                                       "root, no unshare: programs then run as this user, outside a jail, and can "
+                                       "read its files); refused otherwise (exit 2)")
     # --- lm-evaluation-harness ----------------------------------------------------------------------------------
     lm_eval_tasks: list[str] = _f([], "lm-evaluation-harness tasks, comma-separated")
     lm_eval_include_path: str | None = _f(None, "folder of local lm-eval task YAMLs (offline)")

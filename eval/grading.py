@@ -4,11 +4,12 @@ protocol the trainer's validation shares), grading again what an earlier run cou
 The batches go through the one batch grader, ``scoring.grading.grade_batch``. Math answers are graded by math-verify
 (the score) in a process pool with a hard per-item timeout (``scoring.grading.GRADE_TIMEOUT_S`` unless
 ``--grade-timeout``), and cross-checked by the Qwen-style grader (``scoring.qwen``); the samples where the two
-disagree are rewritten to ``<benchmark>.disagreements.jsonl`` beside the sample file. Code is graded on threads
-(each sandbox call is its own isolated subprocess with its own limits); task rewards are instantaneous, in this
-process. A grader that fails (its worker died or overran the limit, its sandbox could not start, it raised) gives
-the ``timeout`` or ``grader_error`` verdict, never a score (``scoring.benchmarks.base.UNGRADED_VERDICTS``); ``regrade``
-grades those again from the responses stored in the file.
+disagree are rewritten to ``<benchmark>.disagreements.jsonl`` beside the sample file. Code is graded in worker
+processes with a hard limit per sample (``scoring.benchmarks.protocol.CODE_GRADE_TIMEOUT_S``; each sandbox call is
+its own isolated subprocess with its own limits); task rewards are instantaneous, in this process. A grader that
+fails (its worker died or overran the limit, its sandbox could not start, it raised) gives the ``timeout`` or
+``grader_error`` verdict, never a score (``scoring.benchmarks.base.UNGRADED_VERDICTS``); ``regrade`` grades those
+again from the responses stored in the file.
 """
 
 from __future__ import annotations

@@ -40,11 +40,13 @@ same (lines from before engine and dtype were recorded are taken to match). ``--
 ``--lcb-start-date``, ``--lcb-end-date`` select LiveCodeBench's problems.
 
 Samples that could not be graded (``grader_error``: the grader crashed, its sandbox could not run; ``timeout``:
-math-verify's hard limit) are never scored: they are kept in the files with that verdict, counted in the report
-and the leaderboard, excluded from every score, and graded again by the next run over the same file. When any
-remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless ``--allow-ungraded``.
+math-verify's hard limit, or the code graders' per-sample one) are never scored: they are kept in the files with
+that verdict, counted in the report and the leaderboard, excluded from every score, and graded again by the next
+run over the same file. When any remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless
+``--allow-ungraded``.
 Bad input (a config value, a malformed file, an unknown id, a missing, damaged or wrong model folder, an --out that
-is a file, no problems to score, an unknown --baseline or lm-eval task) ends the command with one line naming the
+is a file, no problems to score, an unknown --baseline or lm-eval task, a code benchmark on a machine where the
+sandbox is not fully isolated without ``--allow-unisolated``) ends the command with one line naming the
 field or the file and line, exit status 2, before any model loads and before anything is written. A failure inside
 the run is one line too, exit 1 (``THINKING_SEEDS_DEBUG=1`` prints its traceback); Ctrl-C exits 130 and SIGTERM
 143, each with one line: the files keep every chunk written, and the same command resumes from them
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -65,6 +68,7 @@ from tqdm.auto import tqdm
 
 from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
+from contracts.jsonl import iter_jsonl
 from scoring.benchmarks import get_benchmark
 from scoring.benchmarks.base import Benchmark, Problem
 from scoring.benchmarks.protocol import encode_prompts, sample_seed   # shared with the trainer's validation
@@ -79,7 +83,9 @@ from inference.hub import model_context
 from eval.report import file_report, format_report
 from eval.samples import append_row, make_row
 from inference import load_tokenizer, resolve_engine
+from scoring.math import MATH_MEMORY_MB
 from scoring.pool import WorkerPool, apply
+from scoring.sandbox import SandboxError, check_isolation
 from scoring.templates import render_prompt
 
 __all__ = ["EXIT_INPUT_ERROR", "EXIT_UNGRADED", "run_eval", "evaluate_samples", "evaluate_model", "build_parser",
@@ -116,6 +122,38 @@ def _finish(name: str, bench: Benchmark, path: Path, timeouts: int, log: Log) ->
 # ---------------------------------------------------------------------------------------------------------------
 # the two sources of responses: a samples file, or a model
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _read_given(path: str, problems: list[Problem]) -> dict[str, tuple[list[str], list | None]]:
+    """``eval.inputs.read_samples_input``, and a ValueError ``FILE:LINE`` for a lone surrogate in a response or a
+    finish reason (``"\\ud800"`` in the JSON: half of a UTF-16 pair, which a tool that cuts text in UTF-16 units
+    writes). It is no character: the result files, UTF-8, cannot hold it, and the run crashed at its first write
+    after grading, on every rerun; refused before anything is written, the file is the user's to mend."""
+    given = read_samples_input(path, problems)
+    if not any(_lone_surrogate(rs) or _lone_surrogate(fr) for rs, fr in given.values()):
+        return given
+    for lineno, row in iter_jsonl(path):   # (only then: find its line)
+        for what, key in (("response", "responses"), ("finish reason", "finish_reasons")):
+            hit = _lone_surrogate(row.get(key))
+            if hit:
+                i, m = hit
+                raise ValueError(f"{path}:{lineno}: {what} {i + 1} holds a lone surrogate {m.group()!r} at character "
+                                 f"{m.start() + 1} (half of a UTF-16 pair, not a character: the results are written "
+                                 f"as UTF-8, which cannot hold it); replace it, e.g. with '\\ufffd', the replacement "
+                                 f"character, and run again")
+    raise AssertionError(f"{path}: a lone surrogate read from the file was not found on any of its lines")
+
+
+def _lone_surrogate(values) -> tuple[int, re.Match] | None:
+    """(index, match) of the first string of ``values`` (a list; anything else holds none) with a lone surrogate."""
+    for i, text in enumerate(values if isinstance(values, list) else []):
+        m = _SURROGATE.search(text) if isinstance(text, str) else None
+        if m:
+            return i, m
+    return None
+
+
 def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], samples_file: str, out_dir: Path, *,
                      template: str, limit: int | None = None, pool=None, chunk_problems: int = 16,
                      progress: bool = False, log: Log = _print, data: dict | None = None) -> dict | None:
@@ -123,7 +161,7 @@ def evaluate_samples(name: str, bench: Benchmark, problems: list[Problem], sampl
     benchmark's (ids in the file are checked against them); ``limit``: grade only the first ``limit`` of them.
     Returns the file's report (``eval.report.file_report``; ``path`` is the sample file), None when it holds no
     rows."""
-    given = read_samples_input(samples_file, problems)
+    given = _read_given(samples_file, problems)
     problems = [p for p in problems[:limit] if p.id in given]
     settings = {"model": name, "model_path": None, "benchmark": bench.name, "benchmark_version": bench.version,
                 "n": None, "temperature": None, "top_p": None, "top_k": None, "max_tokens": None, "template": template,
@@ -237,6 +275,11 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     """
     validate(cfg)
     benches = [get_benchmark(b) for b in cfg.benchmarks]
+    if any(b.kind == "code" for b in benches):   # their responses run in the sandbox: refused if not fully isolated
+        try:
+            check_isolation(allow_unisolated=cfg.allow_unisolated)
+        except SandboxError as e:
+            raise EvalInputError(str(e)) from None
     lcb = lcb_filters(cfg)
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
@@ -277,14 +320,14 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
             probs = probs[:cfg.limit]
         loaded.append((bench, probs, data))
 
-    pool = WorkerPool(apply, timeout=cfg.grade_timeout, workers=cfg.workers) if any(
+    pool = WorkerPool(apply, timeout=cfg.grade_timeout, workers=cfg.workers, memory_mb=MATH_MEMORY_MB) if any(
         b.kind == "math" for b in benches) else None
     reports: list[dict] = []
     try:
         if cfg.samples:
             (bench, probs, data), (spec, name) = loaded[0], pairs[0]
             try:
-                given = read_samples_input(cfg.samples, probs)   # file:line errors before anything is written
+                given = _read_given(cfg.samples, probs)   # file:line errors before anything is written
             except ValueError as e:
                 raise EvalInputError(str(e)) from None
             if not any(p.id in given for p in probs[:cfg.limit]):

@@ -107,6 +107,28 @@ def offline() -> bool:
     return _offline(constants)
 
 
+_REACHABLE: dict[str, bool] = {}
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's endpoint (``HF_ENDPOINT``, as huggingface_hub reads it) answers a TCP connection within
+    ``timeout_s``: asked once per process, so a check offline says so at once instead of after the hub client's
+    retries (five, up to 8 s apart)."""
+    from urllib.parse import urlparse
+    from huggingface_hub import constants
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    key = f"{host}:{port}"
+    if key not in _REACHABLE:
+        import socket
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            _REACHABLE[key] = True
+        except OSError:
+            _REACHABLE[key] = False
+    return _REACHABLE[key]
+
+
 def _offline(constants) -> bool:
     is_offline = getattr(constants, "is_offline_mode", None)
     return bool(is_offline() if is_offline is not None else constants.HF_HUB_OFFLINE)

@@ -19,8 +19,9 @@ One engine per process, in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), 
   None and callers take entropy from the trainer's forward.
 - **Memory** on GPU: ``enable_sleep_mode`` discards the weights and KV cache while the trainer updates
   (``sleep()``, level 2); the next sync wakes the weights, reloads them, then wakes the KV cache, as TRL and verl
-  do. ``max_model_len`` bounds the KV cache (prompt + response budget: unset, a model's
-  full context length is reserved). On CPU the KV cache is sized explicitly from ``max_model_len`` and
+  do; an engine that is never synced (evaluation) starts without sleep mode, and a synced one starts from dummy
+  weights, which its constructor's sync overwrites (``start_settings``). ``max_model_len`` bounds the KV cache
+  (prompt + response budget: unset, a model's full context length is reserved). On CPU the KV cache is sized explicitly from ``max_model_len`` and
   ``max_num_seqs`` (``cpu_kv_cache_bytes``), not as a share of RAM.
 
 Each prompt gets its own sampling seed derived from ``seed`` and its index, so identical prompts (G samples of a
@@ -40,7 +41,7 @@ from inference.hub import ModelSourceError, is_hub_id, local_model_dir
 from inference.protocol import TOP_K_OFF, Completion, check_generate_args, prompt_budgets, resolve_top_k
 from inference.stops import eos_list
 
-__all__ = ["VLLMSampler", "vllm_available"]
+__all__ = ["VLLMSampler", "start_settings", "vllm_available"]
 
 _WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 PROBE_TOKENS = 16   # length of the probe sequence whose log-prob gap each weight update records
@@ -54,6 +55,18 @@ _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pro
 
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
+
+
+def start_settings(*, cuda: bool, sync_weights: bool, enable_sleep_mode: bool | None) -> dict:
+    """How an engine starts. An engine whose weights are synced (the trainer's, the relay's) is pushed the
+    module's weights by its constructor, before anything can generate: it starts from random weights
+    (``load_format="dummy"``) instead of reading the checkpoint (a 7B's 15 GB on each of a node's ranks) only for
+    the sync to overwrite them. Sleep mode (``enable_sleep_mode=None``: on with CUDA) is for engines that sleep
+    between syncs; one that never syncs (``eval.run``: ``sync_weights=False``) starts without it."""
+    sleep = (cuda and sync_weights) if enable_sleep_mode is None else bool(enable_sleep_mode)
+    if sleep and not cuda:
+        raise ValueError("enable_sleep_mode needs a CUDA GPU (vLLM's CPU build has no sleep mode)")
+    return {"enable_sleep_mode": sleep, "load_format": "dummy" if sync_weights else "auto"}
 
 
 def cpu_kv_cache_bytes(config, *, max_model_len: int | None, max_num_seqs: int, dtype: str) -> int:
@@ -152,7 +165,7 @@ class VLLMSampler:
         max_model_len: int | None = None,
         dtype: str = "auto",
         ignore_eos: bool = False,
-        enable_sleep_mode: bool | None = None,   # None: on when CUDA is there (CPU builds have no sleep mode)
+        enable_sleep_mode: bool | None = None,   # None: on with CUDA for a synced engine (start_settings)
         sync_check_tensors: int = SYNC_CHECK_TENSORS,   # tensors read back after each sync (update_weights)
         sync_weights: bool = True,               # False: the module holds what model_path holds (evaluation)
         seed: int = 0,
@@ -177,9 +190,9 @@ class VLLMSampler:
             llm_kwargs.setdefault("tensor_parallel_size", 1)
             if cuda:
                 torch.cuda.set_device(local_rank)
-        self.sleep_mode = bool(cuda if enable_sleep_mode is None else enable_sleep_mode)
-        if self.sleep_mode and not cuda:
-            raise ValueError("enable_sleep_mode needs a CUDA GPU (vLLM's CPU build has no sleep mode)")
+        start = start_settings(cuda=cuda, sync_weights=sync_weights, enable_sleep_mode=enable_sleep_mode)
+        self.sleep_mode = start["enable_sleep_mode"]
+        llm_kwargs.setdefault("load_format", start["load_format"])
         import vllm
         self._vllm = vllm
         path = str(model_path or getattr(model, "name_or_path", None) or "")

@@ -10,7 +10,7 @@ Contract (what the trainer's rewards and ``eval`` rely on)::
   entry per item, in the order of ``items``: ``grade``'s own return value (a ``Verdict``) when it returned.
 - ``mode`` says where ``grade`` runs:
   ``"inline"``  in this process, one item after another (instant graders: the embedded tasks' checkers);
-  ``"thread"``  on ``workers`` threads (default ``default_workers()``), for graders that wait on their own
+  ``"thread"``  on ``workers`` threads (default ``workers_per_rank()``), for graders that wait on their own
                 isolated subprocess (the code sandbox, which enforces its own limits);
   ``"process"`` in a ``scoring.pool.WorkerPool`` with a hard per-item timeout (math-verify: sympy can hang for
                 minutes). ``pool`` is reused when given (its ``fn`` must be ``grade``; for mixed work make the pool
@@ -27,7 +27,12 @@ Contract (what the trainer's rewards and ``eval`` rely on)::
 
 ``GRADE_TIMEOUT_S`` is the one default hard per-item limit of math grading (math-verify takes ~2 ms on a normal
 answer); eval's ``--grade-timeout`` defaults to it. ``grade_math_many`` / ``grade_math_batch`` are math-verify
-over ``grade_batch`` (the latter on a pool kept between calls: the trainer's math reward).
+over ``grade_batch`` (the latter on a pool kept between calls: the trainer's math reward); the pools they make give
+each worker ``memory_mb`` of address space (default ``scoring.math.MATH_MEMORY_MB``): an item past it gets a
+MemoryError, which is its ``grader_error`` like any exception when it leaves the grader, and math-verify's own
+"cannot parse" when math-verify catches it (it catches every exception of its parser and comparison: the
+answer is then not read, wrong or ``no_answer``, as any answer it fails on). Never an out-of-memory kill of the
+process that grades.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ import atexit
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal, Sequence
 
-from scoring.math import extract_answer
-from scoring.pool import WorkerPool, default_workers, math_item
+from scoring.math import MATH_MEMORY_MB, extract_answer
+from scoring.pool import WorkerPool, math_item, workers_per_rank
 from scoring.verdict import GRADER_ERROR, Verdict
 
 __all__ = ["GRADE_TIMEOUT_S", "GradeMode", "grade_batch", "grade_math_batch", "grade_math_many"]
@@ -79,7 +84,7 @@ def grade_batch(grade: Callable[..., Any], items: Sequence[tuple], *, mode: Grad
             out.append(_guarded(grade, it, answer_of))
             bar and bar.update(1)
     elif mode == "thread":
-        with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:
+        with ThreadPoolExecutor(max_workers=workers or workers_per_rank()) as ex:
             futures = [ex.submit(_guarded, grade, it, answer_of) for it in items]
             out = []
             for f in futures:
@@ -133,16 +138,24 @@ def _math_answer(item: tuple) -> str | None:
 
 
 def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, workers: int | None = None,
-                    timeout: float = GRADE_TIMEOUT_S, progress: bool = False) -> tuple[list[Verdict], dict]:
+                    timeout: float = GRADE_TIMEOUT_S, memory_mb: int | None = MATH_MEMORY_MB,
+                    progress: bool = False) -> tuple[list[Verdict], dict]:
     """Grade ``(response, gold, multiple_answer, unit)`` tuples with math-verify (``scoring.pool.math_item``) in a
-    pool (``pool``, else one of ``workers`` processes with ``timeout`` seconds per item, closed after).
+    pool (``pool``, else one of ``workers`` processes with ``timeout`` seconds per item and ``memory_mb`` of address
+    space each, closed after).
 
     Returns (verdicts, counts) where counts = {"timeout": k, "error": m}: the items that timed out and those whose
     grading raised or whose worker died. Both carry the extracted answer (``grade_batch``'s failure verdicts).
     """
-    verdicts = grade_batch(math_item, items, mode="process", pool=pool,
-                           timeout_s=None if pool is not None else timeout, workers=workers,
-                           answer_of=_math_answer, progress=progress, desc="math-verify")
+    own = pool is None
+    if own:
+        pool = WorkerPool(math_item, workers=workers, timeout=timeout, memory_mb=memory_mb)
+    try:
+        verdicts = grade_batch(math_item, items, mode="process", pool=pool, answer_of=_math_answer,
+                               progress=progress, desc="math-verify")
+    finally:
+        if own:
+            pool.close()
     counts = {"timeout": sum(v.verdict == "timeout" for v in verdicts),
               "error": sum(v.verdict == GRADER_ERROR for v in verdicts)}
     return verdicts, counts
@@ -151,24 +164,26 @@ def grade_math_many(items: Sequence[tuple], *, pool: WorkerPool | None = None, w
 _SHARED: WorkerPool | None = None
 
 
-def _shared_pool(timeout: float, workers: int | None) -> WorkerPool:
+def _shared_pool(timeout: float, workers: int | None, memory_mb: int | None = MATH_MEMORY_MB) -> WorkerPool:
     """A module-level math pool reused across calls (the trainer grades every step); closed at exit."""
     global _SHARED
-    if _SHARED is None or _SHARED.timeout != float(timeout) or (workers and _SHARED.n_workers != workers):
+    if _SHARED is None or _SHARED.timeout != float(timeout) or (workers and _SHARED.n_workers != workers) or \
+            _SHARED.memory_mb != memory_mb:
         if _SHARED is not None:
             _SHARED.close()
-        _SHARED = WorkerPool(math_item, workers=workers, timeout=timeout)
+        _SHARED = WorkerPool(math_item, workers=workers, timeout=timeout, memory_mb=memory_mb)
         atexit.register(_SHARED.close)
     return _SHARED
 
 
 def grade_math_batch(responses: Sequence[str], golds: Sequence, *, timeout: float = GRADE_TIMEOUT_S,
-                     workers: int | None = None) -> list[Verdict]:
+                     workers: int | None = None, memory_mb: int | None = MATH_MEMORY_MB) -> list[Verdict]:
     """math-verify verdicts for parallel lists of responses and gold answers (the trainer's math reward).
 
-    Uses a pool kept alive between calls, so worker start-up is paid once per process."""
+    Uses a pool kept alive between calls, so worker start-up is paid once per process; each worker has
+    ``memory_mb`` of address space."""
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
     verdicts, _ = grade_math_many([(r, g, False, None) for r, g in zip(responses, golds)],
-                                  pool=_shared_pool(timeout, workers))
+                                  pool=_shared_pool(timeout, workers, memory_mb))
     return verdicts

@@ -42,9 +42,14 @@ import re
 
 from scoring.verdict import Verdict
 
-__all__ = ["extract_answer", "extract_boxed", "extract_final", "final_segment", "grade_math", "normalize_gold",
-           "gold_number", "gold_parses", "numeric_rounding", "parse_gold", "split_top_level", "strip_unit",
-           "math_equal_mv"]
+__all__ = ["MATH_MEMORY_MB", "extract_answer", "extract_boxed", "extract_final", "final_segment", "grade_math",
+           "normalize_gold", "gold_number", "gold_parses", "numeric_rounding", "parse_gold", "split_top_level",
+           "strip_unit", "math_equal_mv"]
+
+# The address space (RLIMIT_AS, MiB) of a math grading worker (scoring.grading's math pools, ``scoring.pool``'s
+# ``memory_mb``): a worker grading ordinary answers maps ~70 MB; an answer whose parse or simplification explodes
+# gets a MemoryError in its worker instead of the machine's memory, and the trainer lives on.
+MATH_MEMORY_MB = 4096
 
 # math-verify warns once per process that its timeout is disabled; we bound time ourselves (see pool.py).
 logging.getLogger("math_verify").setLevel(logging.ERROR)

@@ -4,7 +4,10 @@ math-verify's own timeout uses SIGALRM (main thread only) and sympy can hang for
 (``9^{9^{9^{9}}}``). ``WorkerPool`` hands one item at a time to each worker process over a pipe; when an item
 runs past ``timeout`` seconds (counted from when its worker is up: start-up is not the item's time) its worker is
 killed (SIGKILL) and replaced, and the item's result is ``status="timeout"``. Other items keep grading. A worker that dies on its own gives ``status="error"``
-(``scoring.grading.grade_batch`` turns both into the item's ungraded verdict, never a score).
+(``scoring.grading.grade_batch`` turns both into the item's ungraded verdict, never a score). What an item starts
+(a forked process, however detached) is killed when the item ends, and with its worker on a timeout; ``memory_mb``
+bounds a worker's address space (the math pools' ``scoring.math.MATH_MEMORY_MB``): an answer whose parse explodes
+is that item's failure, not an out-of-memory kill of the trainer.
 
 Workers start from a ``forkserver`` (default) or ``spawn`` context — never ``fork``, which would copy a parent
 holding CUDA state or threads. The function must be importable by reference (a module-level function).
@@ -12,8 +15,11 @@ holding CUDA state or threads. The function must be importable by reference (a m
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import resource
+import signal
 import sys
 import time
 import traceback
@@ -25,7 +31,8 @@ from scoring.math import grade_math
 from scoring.qwen import grade_qwen
 from scoring.verdict import Verdict
 
-__all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "math_item", "qwen_item", "qwen_verdict"]
+__all__ = ["PoolResult", "WorkerPool", "apply", "default_workers", "math_item", "qwen_item", "qwen_verdict",
+           "workers_per_rank"]
 
 
 @dataclass(frozen=True)
@@ -44,14 +51,134 @@ STARTUP_S = 300.0
 
 
 def default_workers() -> int:
-    """One worker per usable core."""
+    """The usable cores of this process (its CPU affinity), at least 1."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:   # not Linux
         return max(1, os.cpu_count() or 1)
 
 
-def _worker_main(fn, conn) -> None:
+# the environment variables that set the grading workers per rank, first found wins (the second is the older name)
+WORKERS_ENV = ("THINKING_SEEDS_GRADE_WORKERS", "THINKING_SEEDS_CODE_WORKERS")
+
+
+def workers_per_rank() -> int:
+    """Grading processes (or threads) per process: the usable cores shared among the ranks of this node
+    (``LOCAL_WORLD_SIZE``, set by torchrun; 1 outside it), at least 1. ``THINKING_SEEDS_GRADE_WORKERS`` (or the
+    older ``THINKING_SEEDS_CODE_WORKERS``) overrides. The one rule every grading pool is sized by: math, code and
+    custom rewards, validation, ``eval.run`` (``workers`` unset)."""
+    for name in WORKERS_ENV:
+        env = os.environ.get(name, "").strip()
+        if env:
+            if not env.isdigit() or int(env) < 1:
+                raise ValueError(f"{name}={env!r}: set it to a positive whole number of grading workers per rank, "
+                                 f"or unset it for the usable cores // LOCAL_WORLD_SIZE")
+            return int(env)
+    return max(1, default_workers() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)))
+
+
+# ---- what an item leaves behind, and how much memory it may take ----
+# A worker is the root of everything its items start: it leads its own session (os.setsid) and is a child subreaper
+# (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4+, no privilege needed), so a process orphaned below it, a double-forked
+# grandchild that called setsid included, is re-parented to the worker, not to init, and stays in its tree
+# (/proc/<pid>/task/*/children). After each item the worker kills its whole tree (``_kill_tree``); on a timeout or a
+# close the parent stops and kills the worker with its tree. Not covered: a process that is no descendant (one an
+# item asked a daemon, cron or ssh to start), and, when a worker dies on its own (a segfault, the OOM killer), the
+# descendants that also left its process group (their new parent is then init; the group itself is killed).
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _own_tree() -> None:
+    """Make this worker the root of what its items start (the comment above); where Linux is not, only its session."""
+    try:
+        os.setsid()
+    except OSError:   # already a group leader: keep its group
+        pass
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _children(pid: int) -> list[int]:
+    """The children of ``pid`` (of each of its threads), from /proc; [] when it is gone or /proc has no such file."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    seen: list[int] = []
+    todo = [pid]
+    while todo:
+        for c in _children(todo.pop()):
+            if c not in seen:
+                seen.append(c)
+                todo.append(c)
+    return seen
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _kill_tree(pid: int, *, itself: bool) -> None:
+    """SIGKILL every descendant of ``pid`` (and ``pid`` with its process group when ``itself``: a worker leads
+    its session). Each is stopped (SIGSTOP) as it is found, parents first, until a walk of the tree finds no new one
+    (at most 100 walks), so that none forks a process the kill misses; then all are killed."""
+    stopped = [pid] if itself else []
+    for p in stopped:
+        _signal(p, signal.SIGSTOP)
+    for _ in range(100):
+        new = [p for p in _descendants(pid) if p not in stopped]
+        if not new:
+            break
+        for p in new:
+            _signal(p, signal.SIGSTOP)
+        stopped += new
+    for p in stopped:
+        _signal(p, signal.SIGKILL)
+    if itself:
+        _kill_group(pid)
+
+
+def _end_descendants() -> None:
+    """In a worker after an item: kill what the item left running and collect it (as the subreaper, the worker is
+    the parent of every orphan), so none outlives the item nor stays a zombie. Bounded: a tree that keeps coming
+    back past a few seconds is left to the item's timeout, which kills the worker with it."""
+    me, deadline = os.getpid(), time.monotonic() + 5.0
+    while _children(me) and time.monotonic() < deadline:
+        _kill_tree(me, itself=False)
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.001)
+
+
+def _worker_main(fn, conn, memory_mb: int | None = None) -> None:
+    _own_tree()
+    if memory_mb is not None:   # soft and hard: an item cannot raise it
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     conn.send(("ready",))   # started, fn's module imported: the items' clocks start from here
     while True:
         msg = conn.recv()
@@ -59,9 +186,11 @@ def _worker_main(fn, conn) -> None:
             return
         idx, args = msg
         try:
-            conn.send((idx, "ok", fn(*args), ""))
-        except Exception:   # the item's own failure, reported back; the worker lives on
-            conn.send((idx, "error", None, traceback.format_exc(limit=5)))
+            out = (idx, "ok", fn(*args), "")
+        except Exception:   # the item's own failure (MemoryError past ``memory_mb`` too); the worker lives on
+            out = (idx, "error", None, traceback.format_exc(limit=5))
+        _end_descendants()   # before the result: the clean-up is the item's time, under its timeout
+        conn.send(out)
 
 
 class _MainWithoutFile:
@@ -84,9 +213,9 @@ class _MainWithoutFile:
 
 
 class _Worker:
-    def __init__(self, ctx, fn):
+    def __init__(self, ctx, fn, memory_mb: int | None = None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(fn, child), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(fn, child, memory_mb), daemon=True)
         with _MainWithoutFile():
             self.proc.start()
         child.close()
@@ -100,7 +229,12 @@ class _Worker:
         return self.started + timeout if self.ready else self.spawned + STARTUP_S
 
     def kill(self) -> None:
-        self.proc.kill()
+        """SIGKILL the worker with everything it started (``_kill_tree``); of one that died on its own, what is
+        left of its process group."""
+        if self.proc.exitcode is None:
+            _kill_tree(self.proc.pid, itself=True)
+        else:
+            _kill_group(self.proc.pid)
         self.proc.join()
         self.conn.close()
 
@@ -109,17 +243,21 @@ class WorkerPool:
     """``map`` ``fn`` over argument tuples in ``workers`` processes; each item gets at most ``timeout`` seconds.
 
     Use as a context manager (or call ``close``); the pool is reused across ``map`` calls so worker start-up
-    (importing sympy, ~1 s) is paid once.
+    (importing sympy, ~1 s) is paid once. Whatever an item starts is killed when it ends (``_kill_tree``).
+    ``memory_mb``: each worker's address space (RLIMIT_AS, soft and hard); an item that allocates past it gets a
+    MemoryError, its ``status="error"``; None: no limit (a reward function may load a model).
     """
 
     def __init__(self, fn: Callable, *, workers: int | None = None, timeout: float = 10.0,
-                 context: str = "forkserver", preload: Sequence[str] = _PRELOAD):
+                 context: str = "forkserver", preload: Sequence[str] = _PRELOAD, memory_mb: int | None = None):
         if timeout <= 0:
             raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if memory_mb is not None and memory_mb <= 0:
+            raise ValueError(f"memory_mb must be positive (MiB) or None, got {memory_mb}")
         if context not in ("forkserver", "spawn"):
             raise ValueError(f"context must be 'forkserver' or 'spawn' (never 'fork'), got {context!r}")
-        self.fn, self.timeout = fn, float(timeout)
-        self.n_workers = workers or default_workers()
+        self.fn, self.timeout, self.memory_mb = fn, float(timeout), memory_mb
+        self.n_workers = workers or workers_per_rank()
         self.ctx = mp.get_context(context)
         if context == "forkserver":   # the fork server imports fn's module once; forked workers start warm
             self.ctx.set_forkserver_preload([fn.__module__, *preload])
@@ -144,7 +282,7 @@ class WorkerPool:
         self.workers = []
 
     def _spawn(self) -> _Worker:
-        return _Worker(self.ctx, self.fn)
+        return _Worker(self.ctx, self.fn, self.memory_mb)
 
     def map(self, items: Sequence[tuple], *, progress: bool = False, desc: str = "grading") -> list[PoolResult]:
         """Results in the order of ``items``; never raises for an item's failure or timeout."""

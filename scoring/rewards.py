@@ -23,7 +23,10 @@ the graders' signature, ``fn(response: str, example: dict) -> Verdict | bool`` (
 ``prompt``, ``answer`` and every other column): ``load_reward_fn`` resolves it (``RewardFnError``, one line naming
 the field, for a bad spec), ``grade_custom_batch`` grades a batch with it in worker processes with the math
 grader's hard per-item limit (``GRADE_TIMEOUT_S``), so a function that raises is that response's
-``grader_error`` and one that hangs its ``timeout``: counted, never a crash of the run.
+``grader_error``, one that returns no reward (a NaN or infinite score, a verdict name that is none of ``VERDICTS``,
+a string: ``_as_verdict``) its ``grader_error`` too, and one that hangs its ``timeout``: counted, never a crash of
+the run, never a NaN reward. What it leaves running (a forked process, however detached) is killed after each
+response (``scoring.pool``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import atexit
 import functools
 import importlib
 import math
-import os
+import numbers
 import sys
 from pathlib import Path
 from typing import Callable, Literal, Sequence
@@ -43,10 +46,10 @@ from scoring.klear import grade_klear_example, grade_klear_program, klear_format
     sample_indices, tests_key
 from scoring.limits import CODE_LIMITS
 from scoring.math import grade_math
-from scoring.pool import WorkerPool, default_workers
+from scoring.pool import WorkerPool, workers_per_rank
 from scoring.sandbox import CASE_GRACE_S, SETUP_GRACE_S, SandboxError
 from scoring.tasks import get_task
-from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
+from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, VERDICTS, Verdict
 
 Grader = Callable[[str, dict], Verdict]
 
@@ -169,14 +172,9 @@ def _grade_code_item(code_reward: str, program: str, example: dict) -> Verdict:
     return CODE_REWARDS[code_reward][1](program, example)
 
 
-def code_workers() -> int:
-    """Grading processes per trainer rank: the usable cores shared among the ranks of this node
-    (``LOCAL_WORLD_SIZE``), at least 1; ``THINKING_SEEDS_CODE_WORKERS`` overrides. Each grading process waits on
-    one sandboxed program at a time, so this many programs run at once."""
-    env = os.environ.get("THINKING_SEEDS_CODE_WORKERS", "")
-    if env:
-        return max(1, int(env))
-    return max(1, default_workers() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+# Code grading processes per trainer rank: the one rule of every grading pool (``scoring.pool.workers_per_rank``).
+# Each grading process waits on one sandboxed program at a time, so this many programs run at once.
+code_workers = workers_per_rank
 
 
 _CODE_POOL = None
@@ -251,11 +249,36 @@ def get_grader(name: str) -> Grader:
     return GRADERS[name]
 
 
+# The largest score magnitude taken as a reward: rewards are O(1) by design, and the advantages are computed in
+# float32 (trainer.update), where the square of a reward past ~1e19 is inf and its group's advantages NaN.
+SCORE_LIMIT = 1e6
+
+
+def _finite_score(score) -> float | None:
+    """``score`` as a float when it is a number within +-``SCORE_LIMIT`` (numpy's too), else None."""
+    if not isinstance(score, numbers.Real):
+        return None
+    try:
+        x = float(score)
+    except OverflowError:   # an int past float's range
+        return None
+    return x if math.isfinite(x) and abs(x) <= SCORE_LIMIT else None
+
+
 def reward_of(v: Verdict) -> float:
     """The grader's ``score`` when it has one (KlearReasoner's code reward: in [-2, 1]); else 1.0 for a correct
-    response, 0.0 for a graded wrong one (an ungraded one is the trainer's to handle)."""
+    response, 0.0 for a graded wrong one (an ungraded one is the trainer's to handle).
+
+    Every verdict becomes a reward here (the trainer's rollouts, the launch check), so this is the last gate: a
+    score that is not a finite number within +-``SCORE_LIMIT`` raises ``ValueError`` (one NaN would poison its
+    whole group's advantages). A user's ``reward_fn`` never gets here with one (``custom_item`` makes such a return
+    its row's ``grader_error``); from a built-in grader it is a bug, stopped loudly rather than trained on."""
     if v.score is not None:
-        return float(v.score)
+        score = _finite_score(v.score)
+        if score is None:
+            raise ValueError(f"score {v.score!r:.100} is not a finite number within +-{SCORE_LIMIT:g}: the reward "
+                             f"would poison its group's advantages (the grader's verdict: {v!r:.300})")
+        return score
     return 1.0 if v.correct else 0.0
 
 
@@ -317,20 +340,54 @@ def _reward_fn(spec: str, root: str | None):
     return load_reward_fn(spec)   # once per worker process
 
 
+_ALLOWED = (f"return a bool (or 0/1) or a scoring.verdict.Verdict whose verdict is one of {', '.join(VERDICTS)}, "
+            f"whose correct is a bool, True exactly for pass, whose score is a finite number within +-{SCORE_LIMIT:g} "
+            f"or None, answer a str or None and detail a str")
+
+
+def _as_bool(x) -> bool | None:
+    """``x`` when it is a bool, numpy's ``bool_`` as Python's; None for anything else."""
+    np = sys.modules.get("numpy")   # (a numpy bool exists only where numpy was imported)
+    return bool(x) if isinstance(x, bool) or (np is not None and isinstance(x, np.bool_)) else None
+
+
 def _as_verdict(out, spec: str) -> Verdict:
-    """A user function's return value as a verdict: a ``Verdict`` as it is; a bool, or the numbers 0 and 1, as
-    ``pass`` / ``wrong_answer``. Anything else raises (its row is then ``grader_error``, with this message)."""
-    if isinstance(out, Verdict):
-        return out
-    if isinstance(out, bool) or (isinstance(out, (int, float)) and out in (0, 1)):
-        return Verdict(bool(out), "pass" if out else "wrong_answer")
-    raise TypeError(f"reward_fn '{spec}' returned {type(out).__name__} {out!r}: return a bool (or 0/1) or a "
-                    f"scoring.verdict.Verdict; the reward is 1.0 for a correct response, 0.0 otherwise")
+    """A user function's return value as a verdict, checked: what it returns becomes a reward (``reward_of``) and
+    then its group's advantages, where one NaN poisons the group and a string crashes the step.
+
+    A ``Verdict`` whose ``verdict`` is one of ``VERDICTS``, ``correct`` a bool True exactly for ``pass``, ``score``
+    None or a finite number within +-``SCORE_LIMIT``, as it is; a bool, or the numbers 0 and 1, as ``pass`` /
+    ``wrong_answer``. numpy's bools and numbers are taken as Python's (``correct`` a bool, ``score`` a float).
+    Anything else is the row's ``grader_error`` (ungraded: counted, its group left out), its detail one line
+    naming the function, what it returned and what is allowed."""
+    def bad(why: str) -> Verdict:
+        what = repr(out) if isinstance(out, Verdict) else f"{type(out).__name__} {out!r}"
+        return Verdict(False, GRADER_ERROR, None, f"reward_fn '{spec}' returned {what:.300}: {why}{_ALLOWED}")
+
+    if not isinstance(out, Verdict):
+        ok = _as_bool(out)
+        if ok is None and isinstance(out, numbers.Real) and out in (0, 1):
+            ok = bool(out)
+        return bad("") if ok is None else Verdict(ok, "pass" if ok else "wrong_answer")
+    correct, score = _as_bool(out.correct), _finite_score(out.score)
+    if out.verdict not in VERDICTS:
+        return bad(f"verdict {out.verdict!r} is not a known verdict; ")
+    if correct is None:
+        return bad(f"correct {out.correct!r} is not a bool; ")
+    if correct != (out.verdict == "pass"):
+        return bad(f"correct={correct} with verdict {out.verdict!r}; ")
+    if out.score is not None and score is None:
+        kind = f"finite number within +-{SCORE_LIMIT:g}" if isinstance(out.score, numbers.Real) else "number"
+        return bad(f"score {out.score!r:.100} is not a {kind}; ")
+    if not (out.answer is None or isinstance(out.answer, str)) or not isinstance(out.detail, str):
+        return bad(f"answer {out.answer!r:.100} or detail {out.detail!r:.100} is not a str; ")
+    return Verdict(correct, out.verdict, out.answer, out.detail, score)
 
 
 def custom_item(spec: str, root: str | None, response: str, example: dict) -> Verdict:
     """Pool function (module level, importable by reference): the user function of ``spec``, imported from the
-    Python path folder ``root`` (``module_root``), on one response."""
+    Python path folder ``root`` (``module_root``), on one response; a return value that is no reward is the row's
+    ``grader_error`` (``_as_verdict``)."""
     return _as_verdict(_reward_fn(spec, root)(response, example), spec)
 
 

@@ -18,12 +18,15 @@ from dataclasses import dataclass
 
 GRADER_ERROR = "grader_error"
 UNGRADED_VERDICTS = (GRADER_ERROR, "timeout")
+# every verdict the graders give (scoring.math, scoring.code, scoring.klear, the embedded tasks' checkers); a
+# user's ``reward_fn`` is held to them (scoring.rewards)
+VERDICTS = ("pass", "wrong_answer", "no_answer", "runtime_error", "time_limit", "memory_limit", *UNGRADED_VERDICTS)
 
 
 @dataclass(frozen=True)
 class Verdict:
     correct: bool
-    verdict: str            # pass | wrong_answer | runtime_error | time_limit | memory_limit | timeout | no_answer
+    verdict: str            # one of VERDICTS
     answer: str | None = None   # the extracted answer (math) or None (code)
     detail: str = ""
     score: float | None = None   # the reward when it is not 1/0 from ``correct`` (scoring.klear); None otherwise

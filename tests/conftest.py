@@ -45,6 +45,10 @@ torch.set_num_threads(TEST_THREADS)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# The sandbox refuses to run programs where it is not fully isolated (not root, no unshare) unless the user allows
+# it; the suite allows it, as --allow-unisolated does, so the plumbing is tested on such machines too (the hostile
+# tests skip there). The tests of the refusal take the switch away (scoring.sandbox.ALLOW_UNISOLATED_ENV).
+os.environ.setdefault("THINKING_SEEDS_SANDBOX_ALLOW_UNISOLATED", "1")
 
 # The embedded task and warm-up every trainer end-to-end test uses: 1-2 digit addition, short responses.
 TASK_KWARGS = {"min_digits": 1, "max_digits": 2}

@@ -163,6 +163,26 @@ def test_relay_interrupt_and_failure(tiny, tmp_path, monkeypatch, capsys):
     assert not out.exists()   # the claim of a folder that holds nothing is undone
 
 
+def test_relay_refuses_a_code_benchmark_without_full_isolation(tiny, tmp_path, monkeypatch, capsys):
+    """Fail closed, as eval.run: a code benchmark on a machine without the sandbox's namespaces (the probe's verdict
+    replaced here) is one line and exit 2, before a model loads or the folder is claimed."""
+    import dataclasses
+
+    from scoring.sandbox import ALLOW_UNISOLATED_ENV, host
+    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(host.isolation(), namespaces=False,
+                                                                reason="test: no unshare"))
+    monkeypatch.delenv(ALLOW_UNISOLATED_ENV, raising=False)
+    monkeypatch.setenv("THINKING_SEEDS_DATA", str(SHARED_DATA))
+    monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "relay"
+    rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmarks", "humaneval", "--n", "1",
+                          "--limit", "1", "--engine", "hf", "--out", str(out)])
+    [line] = _error_lines(capsys.readouterr().err)
+    assert rc == EXIT_USAGE and line.startswith("error: code grading needs the full sandbox, which this machine does "
+                                                "not give (test: no unshare)") and "--allow-unisolated" in line
+    assert not out.exists()
+
+
 def test_run_command_maps_input_errors_and_passes_system_exit(capsys):
     assert run_command(lambda: (_ for _ in ()).throw(ValueError("bad --n\n, got 0")), input_errors=(ValueError,)) \
         == EXIT_USAGE

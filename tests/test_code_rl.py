@@ -187,6 +187,32 @@ def test_dry_run_checks_template_task_data_and_reward(capsys, monkeypatch):
     assert "FAIL reward: the 'code' reward cannot be built: ImportError" in capsys.readouterr().err
 
 
+def test_a_code_launch_stops_where_the_sandbox_is_not_fully_isolated_unless_allowed(tmp_path, capsys, monkeypatch):
+    """Fail closed: without the sandbox's namespaces (the probe's verdict replaced here) the preflight's reward check
+    fails for a code task, and a launch stops with one error line and exit 2 before anything is built;
+    allow_unisolated=true grades (warned), and the check says the sandbox is not fully isolated."""
+    import dataclasses
+
+    from scoring.sandbox import ALLOW_UNISOLATED_ENV, host
+    from trainer.preflight import check_reward
+    from trainer.train import main
+    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(host.isolation(), namespaces=False,
+                                                                reason="test: no unshare"))
+    monkeypatch.delenv(ALLOW_UNISOLATED_ENV, raising=False)
+    refusal = ("task 'minicode': code grading needs the full sandbox, which this machine does not give (test: no "
+               "unshare); run as root with util-linux's unshare, or pass --allow-unisolated (allow_unisolated=true")
+    check = check_reward(load_config(None, ["task=minicode", "template=raw"]))
+    assert check.status == "fail" and check.detail.startswith(refusal), check
+    preset = str(REPO / "trainer" / "configs" / "mini_code_onpolicy.yaml")
+    assert main(["--config", preset, f"output_dir={tmp_path}"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: reward: {refusal}"), errors
+    assert not any(tmp_path.iterdir())   # nothing written
+    with pytest.warns(RuntimeWarning, match="NOT fully isolated"):
+        check = check_reward(load_config(None, ["task=minicode", "template=raw", "allow_unisolated=true"]))
+    assert check.status == "ok" and "sandbox NOT fully isolated: test: no unshare" in check.detail, check
+
+
 @pytest.mark.slow   # 24 sandboxed programs
 def test_minicode_rows_carry_tests_their_solutions_pass():
     from scoring.tasks import get_task

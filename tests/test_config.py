@@ -78,3 +78,26 @@ def test_dry_run_builds_nothing(preset, capsys):
     assert main(["--config", str(REPO / "trainer" / "configs" / f"{preset}.yaml"), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "config OK" in err
+
+
+PAPER_PRESETS = [p for p in PRESETS if not p.stem.startswith(("mini_", "tiny"))]
+
+
+@pytest.mark.parametrize("preset", PAPER_PRESETS, ids=lambda p: p.stem)
+def test_paper_presets_cut_micro_batches_by_tokens_not_rows(preset):
+    """``micro_batch_tokens`` is the update's memory bound (activations grow with it, docs/gpu_memory.md);
+    ``micro_batch_size`` only caps rows. At the preset's longest rows, and at rows a quarter as long, the token
+    budget cuts the micro-batch before the row cap does, in both forwards: once ``micro_batch_size: 8`` (math) held
+    a micro-batch of 1k-token rows to 8k of its 32k tokens, and the code presets' 2 rows to 9k."""
+    from inference.batching import micro_batches
+    cfg = load_config(preset)
+    G = cfg.samples_per_prompt
+    for frac in (1, 4):
+        p, r = cfg.max_prompt_tokens // frac, cfg.max_response_tokens // frac
+        shapes = [(p, r)] * (cfg.prompts_per_step * G)
+        padded, _ = micro_batches(shapes, rows=cfg.micro_batch_size, tokens=cfg.micro_batch_tokens)
+        flat, _ = micro_batches(shapes, rows=cfg.micro_batch_size, tokens=cfg.micro_batch_tokens,
+                                prompt_keys=[k // G for k in range(len(shapes))])
+        for split in (padded, flat):
+            assert len(split[0]) < cfg.micro_batch_size, (frac, len(split[0]))
+        assert len(padded[0]) == cfg.micro_batch_tokens // (p + r)   # rows x (prompt + response) <= the budget

@@ -26,6 +26,14 @@ def test_plan_counts_the_backbones_exactly():
     assert plan["boundaries"] == 2 * 32768 * 3584 * 2                               # 0.47 GB
     assert plan["layer_recompute"] == 32768 * (3584 * 16 + 3584 * 8 + 512 * 6 + 18944 * 8)
     assert round(plan["logit_chunk"] / 1e9, 2) == 3.9
+    # what FSDP2 adds above the resident fp32 weights and gradients (the fsdp part's activation peak), at the last
+    # layer's backward: the root unit's bf16 gather (2 x 2 x 152064 x 3584 + the final norm), the boundaries, both
+    # layers' gathers, one layer recomputed, its gradients before the reduce-scatter (bf16 + fp32), the head gradient
+    assert plan["fsdp_transient_at"] == "last layer"
+    assert plan["root_unsharded"] == 2 * (2 * 152064 * 3584 + 3584)
+    parts = ("root_unsharded", "boundaries", "layers_in_flight", "layer_recompute", "layer_grads", "head_grad")
+    assert abs(plan["fsdp_transient"] - sum(plan[k] for k in parts)) <= len(parts)
+    assert round(plan["fsdp_transient"] / 1e9, 2) == 13.96
 
 
 @pytest.mark.parametrize("shape", [PROBE["toy"]["shape"], {**SHAPES["Qwen/Qwen3-4B-Thinking-2507"], "layers": 1,
@@ -76,6 +84,20 @@ def test_toy_check_runs_where_vllm_and_math_verify_are_missing(tmp_path):
     mem = r["parts"]["memory"]
     assert mem["forward"] == "flat" and mem["grad_finite"] and mem["tokens"] == 2 * (16 + 48)
     assert mem["grads_bytes"] == mem["plan"]["grads_fp32"]   # fp32 gradients of every parameter, as planned
+    assert not mem["sharded"] and mem["fsdp_units"] == 0
+    assert set(mem["attention_backends"]) == {"cpu/blocks"} and mem["attention_backends"]["cpu/blocks"]
+    # the multi-GPU path on one rank: fully_shard on both layers and the root, the flat forward through FSDP's hooks
+    fsdp = r["parts"]["fsdp"]
+    flat, model = fsdp["flat"], fsdp["model"]
+    for probe, forward in ((flat, "flat"), (model, "model")):
+        assert probe["sharded"] and probe["fsdp_units"] == PROBE["toy"]["shape"]["layers"] + 1, probe
+        assert probe["forward"] == forward and probe["grad_finite"] and probe["tokens"] == mem["tokens"]
+        assert probe["grads_bytes"] == probe["plan"]["grads_fp32"]   # the fp32 gradient shards (one rank: all)
+    assert flat["attention_backends"] == mem["attention_backends"] and model["attention_backends"] == {}
+    assert model["attn_implementation"] == "sdpa"
+    # bf16 over fp32 masters: FSDP2's flat forward is the one-process one, and the model's own within bf16 rounding
+    assert abs(flat["loss"] - mem["loss"]) <= 1e-6 * abs(mem["loss"])
+    assert abs(flat["loss"] - model["loss"]) <= 1e-3 * abs(mem["loss"])
     step = r["parts"]["step"]
     for alg in ("seeds", "dapo"):
         assert len(step[alg]["step_s"]) == step["params"]["T"], step[alg]   # the second cycle's steps
@@ -95,3 +117,16 @@ def test_the_memory_page_shows_the_plan_of_the_presets_as_they_are():
     card = plans["7B"]["card"]
     assert all(p["generation"] < card and p["update_peak"] < card for p in plans.values())   # sleep on: both fit
     assert plans["7B"]["sleep_off"] > card and card - 2 < plans["4B"]["sleep_off"]          # sleep off: they do not
+
+
+def test_a_child_is_not_started_past_the_checks_time_limit(tmp_path):
+    """The check must end within the device's 6 minutes: a child that would start past ``--limit-s`` is not
+    started, its part says so, and the JSON is still written (with every part's outcome)."""
+    import time
+    from benchmarks.device_check import _call, main
+    assert _call("benchmarks.device_check:memory_probe", {}, timeout=600, deadline=time.perf_counter() + 1) == {
+        "error": "skipped: the check's time limit is reached"}
+    out = tmp_path / "check.json"
+    assert main(["--toy", "--parts", "fsdp", "--limit-s", "0", "--out", str(out)]) == 1
+    fsdp = json.loads(out.read_text())["parts"]["fsdp"]
+    assert fsdp["flat"] == fsdp["model"] == {"error": "skipped: the check's time limit is reached"}

@@ -296,5 +296,35 @@ def test_humaneval_data_location(monkeypatch, tmp_path, shared_data):
         lcb.load()
 
 
+def test_eval_run_refuses_a_code_benchmark_without_full_isolation_unless_allowed(monkeypatch, tmp_path, shared_data,
+                                                                                   capsys):
+    """Fail closed: on a machine without the sandbox's namespaces (the probe's verdict replaced here) ``eval.run``
+    on HumanEval stops with one line and exit 2, nothing written; with --allow-unisolated it grades, warned."""
+    import dataclasses
+
+    from eval import run
+    from scoring.sandbox import ALLOW_UNISOLATED_ENV, host
+    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(isolation(), namespaces=False,
+                                                                reason="test: no unshare"))
+    monkeypatch.delenv(ALLOW_UNISOLATED_ENV, raising=False)
+    monkeypatch.setenv("THINKING_SEEDS_DATA", str(shared_data))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"problem_id": "HumanEval/0", "responses": ["    return False\n"]}) + "\n")
+    out = tmp_path / "out"
+    args = ["--model", "m", "--benchmarks", "humaneval", "--samples", str(samples), "--limit", "1", "--out", str(out),
+            "--no-progress"]
+    with pytest.raises(SystemExit) as exc:
+        run.main(args)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: code grading needs the full sandbox, which this machine does not give (test: no "
+                          "unshare); run as root with util-linux's unshare, or pass --allow-unisolated")
+    assert not out.exists()
+    with pytest.warns(RuntimeWarning, match=r"NOT fully isolated \(test: no unshare\)"):
+        assert run.main(args + ["--allow-unisolated"]) == 0
+    [row] = [json.loads(line) for line in (out / "m" / "humaneval.jsonl").read_text().splitlines()]
+    assert row["problem_id"] == "HumanEval/0"
+
+
 # ------------------------------------------------------------------------------------------- EvalPlus
 # HumanEval+ / MBPP+ go through the evalplus package now: tests/test_evalplus.py (records in EvalPlus's format).

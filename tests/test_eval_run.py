@@ -299,6 +299,31 @@ def test_disagreement_rows_are_written(tmp_path):
     assert (d["problem_id"], d["sample"], d["answer"], d["math_verify"], d["qwen"]) == ("u1", 0, "2", False, True)
 
 
+def test_a_lone_surrogate_in_a_samples_file_is_refused_with_its_line_on_every_run(tmp_path, capsys):
+    # "\ud800" in the JSON (half of a UTF-16 pair, what a tool that cuts text in UTF-16 units writes) is no
+    # character: the result files (UTF-8) cannot hold it. The run graded, then crashed at its first write
+    # (UnicodeEncodeError, exit 1), and again on every rerun; now it is an input error, before anything is written.
+    problems = tmp_path / "p.jsonl"
+    problems.write_text("".join(json.dumps({"problem": "q", "solution": "", "answer": "200", "subject": "x",
+                                            "level": 1, "unique_id": u}) + "\n" for u in ("u1", "u2")))
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(json.dumps({"problem_id": "u1", "responses": [r"\boxed{200}"]}) + "\n" +
+                       json.dumps({"problem_id": "u2", "responses": [r"\boxed{200}", "odd \ud800 \\boxed{200}"]}) +
+                       "\n")
+    assert "\\ud800" in samples.read_text()   # (json.dumps escapes it: the file itself is plain ASCII)
+    args = ["--model", "m", "--benchmarks", "math500", "--problems", str(problems), "--samples", str(samples),
+            "--out", str(tmp_path / "out"), "--no-progress", "--workers", "1"]
+    for _ in range(2):   # the same on the rerun
+        with pytest.raises(SystemExit) as exc:
+            run.main(args)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: {samples}:2: response 2 holds a lone surrogate '\\ud800' at character 5 (half of a UTF-16 "
+            f"pair, not a character: the results are written as UTF-8, which cannot hold it); replace it, e.g. with "
+            f"'\\ufffd', the replacement character, and run again"]
+    assert not (tmp_path / "out" / "m").exists()
+
+
 @needs_data
 def test_bad_inputs_name_file_and_line(samples_file, tmp_path):
     bad = tmp_path / "bad.jsonl"
@@ -506,11 +531,25 @@ def _lcb(samples, out, *extra):
                      str(samples), "--out", str(out), "--no-progress", *extra])
 
 
-def test_a_sandbox_that_cannot_start_is_a_grader_error(tmp_path, monkeypatch, capsys):
+def _grade_without_runner(response, problem):
+    """LiveCodeBench's grade in a grading worker whose sandbox runner is missing (code is graded in worker
+    processes: a monkeypatch of this process would not reach them)."""
+    from scoring.benchmarks.livecodebench import BENCHMARK
     from scoring.sandbox import host
-    host.isolation()
+    host.isolation()   # probed with the runner there: the grade itself is what cannot start
+    child, host.CHILD = host.CHILD, "/nonexistent/runner.py"
+    try:
+        return BENCHMARK.grade(response, problem)
+    finally:
+        host.CHILD = child
+
+
+@pytest.mark.slow   # the grading workers import this module (torch, transformers) to find the grade: ~4 s each
+def test_a_sandbox_that_cannot_start_is_a_grader_error(tmp_path, monkeypatch, capsys):
+    import dataclasses
     s = _lcb_samples(tmp_path / "s.jsonl")
-    monkeypatch.setattr(host, "CHILD", "/nonexistent/runner.py")
+    real = run.get_benchmark
+    monkeypatch.setattr(run, "get_benchmark", lambda name: dataclasses.replace(real(name), grade=_grade_without_runner))
     assert _lcb(s, tmp_path / "out", "--lcb-release", "v5_v6") == 3
     rows = read_samples(tmp_path / "out" / "m" / "livecodebench.jsonl")
     assert len(rows) == 5 and {v for r in rows for v in r["verdicts"]} == {"grader_error"}

@@ -196,3 +196,18 @@ def test_humaneval_passes_no_attack(humaneval):
                                 for prog in attacks.values()], workers=2)
         passed = [name for name, v in zip(attacks, verdicts) if v.correct]
         assert passed == [], (pid, passed)
+
+
+@full
+def test_converted_checks_compare_a_counter_as_the_process_would_and_a_fake_never():
+    """A returned ``collections.Counter`` travels as itself (``protocol.trust_collections``), so it equals a dict
+    gold as it would in the process; a program's class named Counter with the right repr is no Counter."""
+    tests = "assert f('aab') == {'a': 2, 'b': 1}\n"
+    real = "from collections import Counter\ndef f(s):\n    return Counter(s)\n"
+    fake = ("class Counter(dict):\n    def __eq__(self, o):\n        return True\n"
+            "def f(s):\n    return Counter(a=9)\n")
+    assert convert(tests) is not None
+    assert grade_assert_script(real, tests).correct
+    assert not grade_assert_script(real, tests.replace("'b': 1", "'b': 2")).correct
+    v = grade_assert_script(fake, tests)
+    assert not v.correct and v.verdict == "wrong_answer"

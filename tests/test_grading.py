@@ -74,3 +74,49 @@ def test_a_workers_start_up_is_not_an_items_time(tmp_path, monkeypatch):
     with WorkerPool(time.sleep, workers=1, timeout=0.5, context="spawn") as pool:
         [r] = pool.map([(3,)])
     assert r.status == "timeout" and "exceeded 0.5 s" in r.detail
+
+
+@pytest.fixture
+def node_of_16_cores_8_ranks(monkeypatch):
+    """This process sees 16 usable cores and is one of 8 ranks on its node (torchrun's LOCAL_WORLD_SIZE) of 16."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    for name in ("THINKING_SEEDS_GRADE_WORKERS", "THINKING_SEEDS_CODE_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_grading_pool_takes_its_ranks_share_of_the_node(node_of_16_cores_8_ranks):
+    # one rule, usable cores // LOCAL_WORLD_SIZE = 16 // 8: the trainer's math pool once spawned all 16 cores on
+    # every rank (128 processes on the node), validation divided by the global world size (16 // 16 = 1)
+    import scoring.grading as grading
+    from scoring.pool import workers_per_rank
+    from scoring.rewards import code_workers
+    from trainer.validate import Validator
+    assert workers_per_rank() == code_workers() == 2
+    assert WorkerPool(math_item).n_workers == 2                  # no worker starts until map
+    before = grading._SHARED
+    try:
+        assert grading._shared_pool(10.0, None).n_workers == 2   # grade_math_batch's pool, the trainer's math reward
+    finally:
+        grading._SHARED.close()
+        grading._SHARED = before
+    v = object.__new__(Validator)                                # only the pool: no engine, no plan
+    v._pool = None
+    assert v.pool.n_workers == 2
+    v.close()
+
+
+def test_workers_per_rank_env_overrides(node_of_16_cores_8_ranks, monkeypatch):
+    from scoring.pool import workers_per_rank
+    monkeypatch.setenv("THINKING_SEEDS_CODE_WORKERS", "5")       # the older name still works
+    assert workers_per_rank() == 5
+    monkeypatch.setenv("THINKING_SEEDS_GRADE_WORKERS", "3")      # ... and the newer one wins
+    assert workers_per_rank() == 3
+    monkeypatch.setenv("THINKING_SEEDS_GRADE_WORKERS", "0")
+    with pytest.raises(ValueError, match="THINKING_SEEDS_GRADE_WORKERS='0': set it to a positive whole number"):
+        workers_per_rank()
+    monkeypatch.delenv("THINKING_SEEDS_GRADE_WORKERS")
+    monkeypatch.delenv("THINKING_SEEDS_CODE_WORKERS")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")                 # more ranks than cores: still one worker each
+    assert workers_per_rank() == 1

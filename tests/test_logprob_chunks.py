@@ -129,3 +129,37 @@ def test_no_full_vocabulary_tensor_for_a_row(forward, compute):
         lp, en, mask = full_logits_reference(model, prompts, responses, temperature=1.0)
         ((lp - 0.01 * en) * mask).sum().backward()
     assert old.largest[torch.float32] >= T * V
+
+
+def test_bf16_head_weight_gradient_sums_its_chunks_in_float32():
+    """bf16 head, 4096 positions in 64 chunks: the weight's gradient is as close to the float32 computation as one
+    GEMM over all positions (which sums in float32 inside) is. Autograd alone added each chunk's bf16 gradient into
+    a bf16 running sum, one rounding per chunk: measured here by summing the chunks' own gradients that way."""
+    from trainer.policy import chunked_head_logprobs
+    g = torch.Generator().manual_seed(0)
+    N, H, V, C = 4096, 64, 512, 64
+    h = torch.randn(N, H, generator=g).bfloat16()
+    w = (torch.randn(V, H, generator=g) * 0.05).bfloat16()
+    ids = torch.randint(0, V, (N,), generator=g)
+    up = torch.randn(N, 2, generator=g)   # d loss / d (log-prob, entropy)
+
+    def weight_grad(dtype, rows=slice(None), chunk=N):
+        ww = w.to(dtype).clone().requires_grad_()   # a leaf of its own each call
+        out = chunked_head_logprobs(h[rows].to(dtype), ww, None, ids[rows], temperature=0.7, chunk_tokens=chunk)
+        (out * up[rows]).sum().backward()
+        return ww.grad
+
+    ref = weight_grad(torch.float32)
+
+    def err(x):
+        return float((x.float() - ref).abs().max() / ref.abs().max())
+
+    one_gemm = err(weight_grad(torch.bfloat16))
+    chunked = err(weight_grad(torch.bfloat16, chunk=C))
+    bf16_sum = torch.zeros(V, H, dtype=torch.bfloat16)
+    for s in range(0, N, C):   # what autograd did: each chunk's bf16 gradient added into a bf16 sum
+        bf16_sum += weight_grad(torch.bfloat16, slice(s, s + C))
+    print(f"\nweight gradient error (relative max) vs float32: one GEMM {one_gemm:.2e}, {N // C} chunks summed in "
+          f"float32 {chunked:.2e}, summed in bf16 {err(bf16_sum):.2e}")
+    assert chunked <= 2 * one_gemm   # each chunk's own GEMM rounds its partial once: about one more rounding
+    assert err(bf16_sum) >= 3 * one_gemm   # the regime the float32 sum is for

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from contracts.records import read_rollouts
-from scoring.rewards import grade_custom_batch, grade_task_batch, reward_of
+from scoring.rewards import custom_item, grade_custom_batch, grade_task_batch, reward_of
 from scoring.verdict import GRADER_ERROR
+from test_pool_limits import dead   # (the tests' check that a process is gone)
 from trainer.config import ConfigError, load_config
 from trainer.preflight import check_reward
 from trainer.train import main
@@ -187,10 +188,138 @@ def test_a_runs_rewards_are_what_the_function_returns_for_the_responses_it_wrote
 def test_a_function_that_raises_on_every_response_is_counted_and_the_run_goes_on(tmp_path, on_path):
     """The launch check's call grades the task's solution; every sampled response then raises: every row is a
     grader_error, counted, its group left out, no update, exit 0."""
-    assert main(tiny(tmp_path / "runs", reward_fn=f"{MODULE}:picky", total_steps=1, max_sampling_rounds=1)) == 0
+    assert main(tiny(tmp_path / "runs", reward_fn=f"{MODULE}:picky", total_steps=1, max_sampling_rounds=1,
+                     oversample=1)) == 0   # one round of exactly prompts_per_step prompts
     run = tmp_path / "runs" / "run"
     [m] = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rows = read_rollouts(run).to_pylist()
     assert len(rows) == 16 and {r["verdict"] for r in rows} == {GRADER_ERROR}
     assert m["reward/ungraded"] == 16 and m["sampling/groups_ungraded"] == 4 and m["sampling/skipped_update"] == 1
     assert "ppo/loss" not in m
+
+
+# ------------------------------------------------------------------------------- what a function may return
+# A return value becomes a reward (scoring.rewards.reward_of) and then the group's advantages: one NaN poisons the
+# group, a string crashes the step. Each bad one is its row's grader_error with one line saying what came back and
+# what is allowed; numpy's bools and floats are what numpy-based graders return, and are taken as Python's.
+HOSTILE = "r9_hostile_rewards"
+HOSTILE_SOURCE = '''
+import os
+import time
+
+import numpy as np
+
+from scoring.verdict import Verdict
+
+RETURNS = {
+    "nan": Verdict(True, "pass", None, "", float("nan")),
+    "-inf": Verdict(False, "wrong_answer", None, "", float("-inf")),
+    "high": Verdict(True, "pass", None, "", "high"),
+    "huge": Verdict(False, "wrong_answer", None, "", 1e30),
+    "unknown": Verdict(True, "passed"),
+    "mismatch": Verdict(True, "wrong_answer"),
+    "np_true": np.bool_(True),
+    "np_false": np.bool_(False),
+    "np_correct": Verdict(np.bool_(True), "pass"),
+    "np_score": Verdict(False, "wrong_answer", None, "", np.float64(0.5)),
+    "np32_score": Verdict(False, "no_answer", None, "", np.float32(-2.0)),
+    "str_correct": Verdict("yes", "pass"),
+}
+
+
+def returns(response, example):
+    return RETURNS[response]
+
+
+def forks(response, example):
+    """Leaves a detached grandchild (fork, setsid, fork again, the middle one exits) that would sleep 600 s, its
+    pid in example['pid_file']; then returns True, or hangs past the limit when the response is 'hang'."""
+    path = example["pid_file"]
+    if os.fork() == 0:   # the child: a new session, then the grandchild, then gone
+        os.setsid()
+        if os.fork() == 0:
+            with open(path + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(path + ".tmp", path)
+            time.sleep(600)
+        os._exit(0)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if response == "hang":
+        time.sleep(60)
+    return True
+'''
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch) -> str:
+    (tmp_path / f"{HOSTILE}.py").write_text(HOSTILE_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return HOSTILE
+
+
+ALLOWED = ("return a bool (or 0/1) or a scoring.verdict.Verdict whose verdict is one of pass, wrong_answer, "
+           "no_answer, runtime_error, time_limit, memory_limit, grader_error, timeout, whose correct is a bool, True "
+           "exactly for pass, whose score is a finite number within +-1e+06 or None, answer a str or None and detail "
+           "a str")
+
+
+@pytest.mark.parametrize("response, what, why", [
+    ("nan", "Verdict(correct=True, verdict='pass', answer=None, detail='', score=nan)",
+     "score nan is not a finite number within +-1e+06"),
+    ("-inf", "Verdict(correct=False, verdict='wrong_answer', answer=None, detail='', score=-inf)",
+     "score -inf is not a finite number within +-1e+06"),
+    ("high", "Verdict(correct=True, verdict='pass', answer=None, detail='', score='high')",
+     "score 'high' is not a number"),
+    ("huge", "Verdict(correct=False, verdict='wrong_answer', answer=None, detail='', score=1e+30)",
+     "score 1e+30 is not a finite number within +-1e+06"),   # (float32 advantages: its square is inf)
+    ("unknown", "Verdict(correct=True, verdict='passed', answer=None, detail='', score=None)",
+     "verdict 'passed' is not a known verdict"),
+    ("mismatch", "Verdict(correct=True, verdict='wrong_answer', answer=None, detail='', score=None)",
+     "correct=True with verdict 'wrong_answer'"),
+    ("str_correct", "Verdict(correct='yes', verdict='pass', answer=None, detail='', score=None)",
+     "correct 'yes' is not a bool"),
+])
+def test_a_return_that_is_no_reward_is_its_rows_grader_error_in_one_line(hostile, response, what, why):
+    spec = f"{hostile}:returns"
+    v = custom_item(spec, None, response, {})
+    assert (v.correct, v.verdict, v.score) == (False, GRADER_ERROR, None)
+    assert v.detail == f"reward_fn '{spec}' returned {what}: {why}; {ALLOWED}"
+    assert reward_of(v) == 0.0   # (ungraded: the trainer leaves the row's group out)
+
+
+@pytest.mark.parametrize("response, verdict, reward", [
+    ("np_true", "pass", 1.0), ("np_false", "wrong_answer", 0.0), ("np_correct", "pass", 1.0),
+    ("np_score", "wrong_answer", 0.5), ("np32_score", "no_answer", -2.0)])
+def test_numpy_bools_and_floats_are_taken_as_pythons(hostile, response, verdict, reward):
+    v = custom_item(f"{hostile}:returns", None, response, {})
+    assert (v.verdict, reward_of(v)) == (verdict, reward)
+    assert type(v.correct) is bool and (v.score is None or type(v.score) is float)
+
+
+def test_reward_of_refuses_a_score_that_is_not_a_finite_number():
+    # every grader's verdict becomes a reward here: a built-in grader's NaN is a bug to see, not a reward to train on
+    from scoring.verdict import Verdict
+    for score in (float("nan"), float("inf"), 1e30, 10 ** 400, "high"):
+        with pytest.raises(ValueError, match=r"is not a finite number within \+-1e\+06: the reward would poison"):
+            reward_of(Verdict(True, "pass", None, "", score))
+
+
+@pytest.mark.slow   # a worker pool; one response hangs past its 1 s limit
+def test_a_grandchild_the_function_leaves_dies_with_its_item_and_on_a_timeout(hostile, tmp_path):
+    import scoring.rewards as rewards
+    spec = f"{hostile}:forks"
+    pids = []
+    try:
+        for response, verdict in (("done", "pass"), ("hang", "timeout")):
+            pid_file = tmp_path / f"{response}.pid"
+            [v] = grade_custom_batch(spec, [response], [{"pid_file": str(pid_file)}], timeout_s=1.0)
+            assert v.verdict == verdict, v.detail
+            pids.append(int(pid_file.read_text()))
+            assert dead(pids[-1]), f"the grandchild of the '{response}' item outlived it"
+    finally:
+        pool = rewards._CUSTOM_POOLS.pop((spec, 1.0), None)
+        pool is not None and pool.close()
+    for pid in pids:
+        assert dead(pid)

@@ -1,12 +1,14 @@
 """The code sandbox against hostile programs: each is contained, gets the right status, leaves the host untouched,
 and the grader survives. Plus the plumbing: modes, limits, concurrency, infrastructure errors.
 
-Hostile tests need the full isolation (root + unshare: namespaces, chroot jail, uid 65534); they are skipped
+Hostile tests need the full isolation (root + unshare: namespaces, chroot jail, a uid per call); they are skipped
 with the probe's reason where the machine cannot give it.
 """
 
 import dataclasses
+import errno
 import os
+import re
 import socket
 import tempfile
 import time
@@ -26,7 +28,7 @@ full = pytest.mark.skipif(not ISO.full, reason=f"needs full sandbox isolation: {
 def _tagged(code: str) -> tuple[str, str]:
     """(tag, code that first names its process ``tag``): prctl(PR_SET_NAME) sets the command name, which every
     process it forks inherits, so a test finds the processes of its own programs and no one else's (other
-    sandboxes running on the machine, or other daemons of uid 65534, are not counted)."""
+    sandboxes running on the machine, or other processes of the sandbox's uids, are not counted)."""
     tag = "tsb" + uuid.uuid4().hex[:12]   # at most 15 characters: the kernel's limit for a command name
     return tag, f"import ctypes\nctypes.CDLL(None).prctl(15, {tag.encode()!r}, 0, 0, 0)\n" + code
 
@@ -48,14 +50,14 @@ def _procs_named(tag: str) -> list[int]:
 
 def test_probe_agrees_with_what_a_program_sees():
     """The probe's verdict is what a program run in the sandbox observes: with full isolation it is PID 2 of a new
-    PID namespace (its runner is PID 1), runs as uid 65534 and cannot see the host's root; without, it runs in
-    the host's namespace and the probe names why."""
+    PID namespace (its runner is PID 1), runs as one of the sandbox's uids and cannot see the host's root; without,
+    it runs in the host's namespace and the probe names why."""
     here = str(Path(__file__).resolve())   # a file of the host's
     r = sb.run_program(f"import os\nprint(os.getpid(), os.getppid(), os.getuid(), os.path.exists({here!r}))\n")
     pid, ppid, uid, sees_host = r.stdout.split()
     assert r.status == "ok" and r.isolated == ISO.full
     if ISO.full:
-        assert (ppid, uid, sees_host) == ("1", "65534", "False") and int(pid) <= 3 and ISO.reason == ""
+        assert (ppid, sees_host) == ("1", "False") and int(uid) in ISO.uids and int(pid) <= 3 and ISO.reason == ""
     else:
         assert ISO.reason and ppid != "1" and sees_host == "True"
 
@@ -65,7 +67,7 @@ def test_probe_is_cached():
 
 
 @full
-def test_runs_as_nobody_in_a_jail_with_a_minimal_environment(monkeypatch):
+def test_runs_as_its_own_uid_in_a_jail_with_a_minimal_environment(monkeypatch):
     monkeypatch.setenv("TS_GRADER_CANARY_SECRET", "do-not-leak")
     r = sb.run_program(
         "import os, sys\n"
@@ -77,7 +79,8 @@ def test_runs_as_nobody_in_a_jail_with_a_minimal_environment(monkeypatch):
     lines = r.stdout.splitlines()
     assert r.status == "ok" and r.isolated
     assert lines[0] == "HELLO"
-    assert lines[1] == "65534 65534 [] /sandbox"
+    uid, rest = lines[1].split(" ", 1)
+    assert int(uid) in ISO.uids and rest == "65534 [] /sandbox"
     assert lines[2] == "['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR']"
     assert lines[3] == "None"
     top = eval(lines[4])
@@ -327,6 +330,156 @@ def test_faking_a_pass_does_not_pass():
     assert grade_code("def add(a, b):\n    return a + b\n", ftests, kind="functional", fn_name="add").correct
 
 
+# ------------------------------------------------------------------------------------------- channels between samples
+# Kernel state a sample could leave for a later one, or take from a concurrent one (in GRPO: its siblings' rewards).
+
+_MACHINE = os.uname().machine
+# system call numbers: x86_64 (arch/x86/entry/syscalls/syscall_64.tbl) and aarch64 (asm-generic/unistd.h)
+_NR = {"add_key": (248, 217), "keyctl": (250, 219), "memfd_create": (319, 279), "io_uring_setup": (425, 425),
+       "unshare": (272, 97), "userfaultfd": (323, 282), "bpf": (321, 280), "perf_event_open": (298, 241),
+       "setns": (308, 268), "ptrace": (101, 117), "process_vm_readv": (310, 270), "clone3": (435, 435)}
+known_arch = pytest.mark.skipif(_MACHINE not in ("x86_64", "aarch64"), reason=f"syscall numbers of {_MACHINE}")
+
+
+def _nr(name: str) -> int:
+    return _NR[name][_MACHINE == "aarch64"]
+
+
+# ``sys_call(nr, *args) -> (return value, errno)``: the raw system call, as a program would make it with ctypes
+_SYSCALL = ("import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.syscall.restype = ctypes.c_long\n"
+            "def sys_call(nr, *args):\n"
+            "    ctypes.set_errno(0)\n"
+            "    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])\n"
+            "    return r, ctypes.get_errno()\n")
+
+
+@full
+@known_arch
+def test_a_sample_cannot_leave_answers_in_the_kernel_keyring_for_a_later_one():
+    """The attack: a correct sample stores its answer in the user keyring (``add_key``), a later sample that
+    computes nothing finds it there (``keyctl`` SEARCH, READ) and passes. The keyring of a uid outlives the call."""
+    secret = "ts-answer-" + uuid.uuid4().hex
+    store = _SYSCALL + (f"s = {secret.encode()!r}\n"   # KEY_SPEC_USER_KEYRING = -4
+                        f"print(*sys_call({_nr('add_key')}, b'user', b'ts-answer', s, len(s), -4))\n")
+    read = _SYSCALL + (f"key, err = sys_call({_nr('keyctl')}, 10, -4, b'user', b'ts-answer', 0)\n"   # KEYCTL_SEARCH
+                       "buf = ctypes.create_string_buffer(4096)\n"
+                       f"n, _ = sys_call({_nr('keyctl')}, 11, key, buf, 4096)\n"   # KEYCTL_READ
+                       "print(buf.raw[:max(n, 0)].decode(errors='replace'))\n")
+    first = sb.run_program(store)
+    assert first.status == "ok" and first.stdout.split() == ["-1", str(errno.EPERM)]   # nothing stored
+    second = sb.run_program(read)
+    assert second.status == "ok" and secret not in second.stdout
+
+
+@full
+def test_a_sample_holding_its_process_slots_does_not_starve_concurrent_ones():
+    """RLIMIT_NPROC counts a uid's processes and threads machine-wide: with one uid for every call, a sample holding
+    as many threads as it may made two concurrently graded correct programs fail ("can't start new thread")."""
+    hog = ("import os, time\n"   # processes: threads would run into RLIMIT_AS first (a malloc arena each)
+           "n = 0\n"
+           "try:\n"
+           "    while n < 10000:\n"
+           "        if os.fork() == 0:\n"
+           "            time.sleep(3.0)\n"
+           "            os._exit(0)\n"
+           "        n += 1\n"
+           "except OSError:\n"
+           "    pass\n"
+           "print(n, flush=True)\n"
+           "time.sleep(3.0)\n")
+    fair = ("import threading, time\n"
+            "time.sleep(1.0)\n"   # the hog has taken its threads by then
+            "ts = [threading.Thread(target=time.sleep, args=(0.2,)) for _ in range(8)]\n"
+            "for t in ts:\n    t.start()\n"
+            "for t in ts:\n    t.join()\n"
+            "print(len(ts))\n")
+    hogged, *others = sb.run_many([{"source": hog, "timeout_s": 8.0}] + [{"source": fair, "timeout_s": 8.0}] * 2,
+                                  workers=3)
+    assert hogged.status == "ok" and 0 < int(hogged.stdout) < 10000   # it took every slot it was given
+    assert [(r.status, r.stdout) for r in others] == [("ok", "8\n")] * 2, [r.stderr[-300:] for r in others]
+
+
+# (name, arguments that succeed, or fail with another errno, where the call is allowed; the errno in the sandbox)
+_DENIED = [("memfd_create", (b"x", 0), errno.EPERM),
+           ("io_uring_setup", (1, "ctypes.create_string_buffer(120)"), errno.EPERM),
+           ("unshare", (0,), errno.EPERM),                       # 0: a no-op where allowed
+           ("userfaultfd", (1,), errno.EPERM),                   # UFFD_USER_MODE_ONLY: allowed unprivileged
+           ("bpf", (9999, None, 0), errno.EPERM),                # an unknown command: EINVAL where allowed
+           ("perf_event_open", (None, 0, -1, -1, 0), errno.EPERM),   # EFAULT where allowed
+           ("keyctl", (0, -4, 0), errno.EPERM),                  # KEYCTL_GET_KEYRING_ID of the user keyring
+           ("setns", (-1, 0), errno.EPERM),                      # EBADF where allowed
+           ("ptrace", (0, 0, 0, 0), errno.EPERM),                # PTRACE_TRACEME
+           ("process_vm_readv", ("os.getpid()", None, 0, None, 0, 0), errno.EPERM),
+           ("clone3", (None, 0), errno.ENOSYS)]                  # glibc then falls back to clone (flags checked)
+
+
+@full
+@known_arch
+@pytest.mark.parametrize("name, args, err", _DENIED, ids=[d[0] for d in _DENIED])
+def test_system_calls_a_test_program_has_no_use_for_are_denied(name, args, err):
+    """Kernel interfaces that hold state beyond the call (keyrings, io_uring, userfaultfd), reach other processes
+    (ptrace, process_vm_readv) or reshape the jail (unshare, setns), and memfd files, which sit outside RLIMIT_AS."""
+    text = ", ".join(a if isinstance(a, str) else repr(a) for a in args)
+    r = sb.run_program(_SYSCALL + f"print(*sys_call({_nr(name)}, {text}))\n")
+    assert r.status == "ok" and r.stdout.split() == ["-1", str(err)], (r.stdout, r.stderr[-500:])
+
+
+@full
+def test_x32_system_calls_and_new_namespaces_by_clone_are_denied():
+    if _MACHINE != "x86_64":
+        pytest.skip("x32 is an x86_64 ABI")
+    x32_getpid = 0x40000000 | 39
+    clone = (_SYSCALL + f"print(*sys_call({x32_getpid}))\n"
+             "r, e = sys_call(56, 0x10000000 | 17, 0, 0, 0, 0)\n"   # clone(CLONE_NEWUSER | SIGCHLD)
+             "if r == 0:\n    os._exit(0)\n"
+             "print(r, e)\n")
+    r = sb.run_program(clone)
+    assert r.status == "ok" and r.stdout.split() == ["-1", str(errno.EPERM)] * 2, (r.stdout, r.stderr[-500:])
+
+
+def test_the_filter_tables_match_the_kernel_headers_and_fail_closed_elsewhere(monkeypatch):
+    """Every denied call has a number on both machines, the numbers are the kernel's (its uapi headers, where this
+    machine has them), and a machine or a 32-bit interpreter without a table gets no filter, so no program runs."""
+    from scoring.sandbox import syscall_filter as sf
+    headers = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+               "aarch64": Path("/usr/include/asm-generic/unistd.h")}
+    for machine, (_, table) in sf.TABLES.items():
+        assert set(sf.DENIED) | {"clone", "clone3"} == set(table)
+        assert len(set(table.values())) == len(table)
+        if headers[machine].is_file():
+            text = headers[machine].read_text()
+            assert {name: int(re.search(rf"#define __NR_{name}\s+(\d+)", text)[1]) for name in table} == table
+        assert len(sf.program(machine)) % 8 == 0
+    with pytest.raises(ValueError, match="no system call table for riscv64"):
+        sf.program("riscv64")
+    with pytest.raises(ValueError, match="32-bit pointers"):
+        sf.program("x86_64", pointer_bytes=4)
+    monkeypatch.setattr(sf, "TABLES", {})   # this machine unknown: no call runs
+    monkeypatch.setattr(host, "_FILTER", None)
+    with pytest.raises(sb.SandboxError, match=f"no system call table for {_MACHINE}"):
+        sb.run_program("print(1)")
+
+
+def test_what_a_test_program_uses_still_works_under_the_filter():
+    """Threads, a fork-context multiprocessing pool and queue, subprocesses, numpy."""
+    src = ("import multiprocessing as mp, subprocess, threading, numpy\n"
+           "def sq(x):\n    return x * x\n"
+           "if __name__ == '__main__':\n"
+           "    out = []\n"
+           "    ts = [threading.Thread(target=out.append, args=(i,)) for i in range(8)]\n"
+           "    [t.start() for t in ts]\n    [t.join() for t in ts]\n"
+           "    ctx = mp.get_context('fork')\n"
+           "    with ctx.Pool(2) as p:\n        squares = p.map(sq, range(5))\n"
+           "    q = ctx.Queue()\n    w = ctx.Process(target=q.put, args=(7,))\n    w.start()\n    got = q.get()\n"
+           "    w.join()\n"
+           "    print(sorted(out) == list(range(8)), squares, got, subprocess.run(['true']).returncode,\n"
+           "          int(numpy.arange(4).sum()))\n")
+    [r] = sb.run_cases(src, [""], packages=("numpy",), timeout_s=20.0)
+    assert r.status == "ok" and r.stdout == "True [0, 1, 4, 9, 16] 7 0 6\n", r.stderr[-1000:]
+
+
 # ------------------------------------------------------------------------------------------- infrastructure
 
 def test_infrastructure_failures_raise(monkeypatch):
@@ -343,10 +496,25 @@ def test_a_broken_jail_raises_instead_of_scoring(monkeypatch):
         sb.run_program("print(1)")
 
 
-def test_require_isolation(monkeypatch):
-    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(ISO, namespaces=False, reason="test"))
-    with pytest.raises(sb.SandboxError, match="full isolation required"):
+def test_without_full_isolation_it_refuses_unless_the_user_allows_it(monkeypatch):
+    """Fail closed: a machine without namespaces (here: the probe's verdict replaced) runs no program unless the user
+    said --allow-unisolated (the environment switch the commands set); then it runs, with a warning."""
+    monkeypatch.setattr(host, "_ISOLATION", dataclasses.replace(ISO, namespaces=False, reason="test: no unshare"))
+    monkeypatch.delenv(sb.ALLOW_UNISOLATED_ENV, raising=False)
+    with pytest.raises(sb.SandboxError, match="test: no unshare.*--allow-unisolated") as e:
+        sb.run_program("print(1)")
+    assert "\n" not in str(e.value)   # the one line a command prints
+    with pytest.raises(sb.SandboxError, match="--allow-unisolated"):
+        sb.check_isolation()   # what the commands call before any model loads
+    monkeypatch.setenv(sb.ALLOW_UNISOLATED_ENV, "1")
+    with pytest.warns(RuntimeWarning, match="NOT fully isolated"):
+        r = sb.run_program("print(1)")
+    assert r.status == "ok" and r.stdout == "1\n" and not r.isolated
+    with pytest.raises(sb.SandboxError, match="--allow-unisolated"):   # the old switch still refuses
         sb.run_program("print(1)", require_isolation=True)
+    monkeypatch.setenv("THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION", "1")
+    with pytest.raises(sb.SandboxError, match="--allow-unisolated"):
+        sb.run_program("print(1)")
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 # the single-process scenarios, run one after the other in one worker interpreter (vLLM's import paid once)
-IN_ONE_WORKER = ("agree", "sync", "eval_and_relay", "eval_data_parallel", "train_runs")
+IN_ONE_WORKER = ("agree", "sync", "dummy_load", "eval_and_relay", "eval_data_parallel", "train_runs")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,16 @@ def test_weights_synced_in_place_after_an_optimizer_step(scenarios):
     assert r["stale_diff"] > 0.1                          # the step moved the policy away from the engine's copy
     assert r["synced_diff"] < 1e-4                        # after the in-place reload the engine follows it
     assert r["update"]["tensors"] == r["n_state"] and r["update"]["probe_logp_diff_max"] < 1e-5
+
+
+def test_a_synced_engine_started_from_dummy_weights_samples_what_one_that_read_them_does(scenarios):
+    r = _scenario("dummy_load", scenarios)
+    assert [r[k]["load_format"] for k in ("dummy", "read", "unsynced")] == ["dummy", "auto", "dummy"]
+    assert not any(r[k]["sleep_mode"] for k in r if k != "seconds")   # the CPU build: never
+    # the constructor's sync overwrote every dummy weight: greedy, sampled tokens and log-probs all equal
+    for key in ("greedy", "sampled", "logprobs"):
+        assert r["dummy"][key] == r["read"][key], key
+    assert r["unsynced"]["greedy"] != r["read"]["greedy"]   # the dummy weights are not the checkpoint's
 
 
 def test_eval_run_and_relay_with_the_vllm_engine(scenarios):

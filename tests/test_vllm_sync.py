@@ -168,3 +168,36 @@ def test_without_sleep_mode_sleep_does_nothing():
     s, log, _ = _sleeping_sampler(sleep_mode=False)
     s.sleep()
     assert log == [] and not s.asleep
+
+
+def test_how_engines_start():
+    """A synced engine (the trainer's) starts from dummy weights, its constructor's sync overwriting them, and with
+    sleep mode on a GPU; one never synced (eval.run's) reads the checkpoint and starts without sleep mode."""
+    from inference.vllm_engine import start_settings
+    assert start_settings(cuda=True, sync_weights=True, enable_sleep_mode=None) == \
+        {"enable_sleep_mode": True, "load_format": "dummy"}
+    assert start_settings(cuda=True, sync_weights=False, enable_sleep_mode=None) == \
+        {"enable_sleep_mode": False, "load_format": "auto"}
+    assert start_settings(cuda=False, sync_weights=True, enable_sleep_mode=None) == \
+        {"enable_sleep_mode": False, "load_format": "dummy"}
+    # the trainer's vllm_sleep_mode=off / on are kept as asked
+    assert start_settings(cuda=True, sync_weights=True, enable_sleep_mode=False)["enable_sleep_mode"] is False
+    assert start_settings(cuda=True, sync_weights=False, enable_sleep_mode=True)["enable_sleep_mode"] is True
+    with pytest.raises(ValueError, match="enable_sleep_mode needs a CUDA GPU"):
+        start_settings(cuda=False, sync_weights=True, enable_sleep_mode=True)
+
+
+def test_eval_engines_are_built_unsynced(monkeypatch, tmp_path):
+    """eval.run's engine (``eval.parallel.build_sampler``) is asked for ``sync_weights=False``: it reads the
+    checkpoint and, on a GPU, starts without sleep mode (``start_settings``)."""
+    import eval.parallel as parallel
+    import inference
+    asked = {}
+    monkeypatch.setattr(inference, "make_sampler", lambda model, tok, **kw: asked.update(kw) or "sampler")
+    monkeypatch.setattr(inference, "load_tokenizer", lambda path: "tok")
+    monkeypatch.setattr(inference, "load_skeleton", lambda path, dtype: "skeleton")
+    monkeypatch.setattr("inference.hub.local_model_dir", lambda model, what: str(tmp_path))
+    monkeypatch.setattr(parallel, "generation_dtype", lambda *a, **k: "bfloat16")
+    spec = parallel.EngineSpec(model=str(tmp_path), engine="vllm")
+    assert parallel.build_sampler(spec) == ("sampler", "tok")
+    assert asked["engine"] == "vllm" and asked["sync_weights"] is False

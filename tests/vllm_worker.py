@@ -105,6 +105,26 @@ def sync(out: Path) -> dict:
     }
 
 
+def dummy_load(out: Path, policy: str) -> dict:
+    """A synced engine starts from dummy weights (``start_settings``), which its constructor's sync overwrites: it
+    samples what an engine that read the checkpoint (the warmed policy) and was synced the same way samples, token
+    for token and log-prob for log-prob. An engine left on its dummy weights (no sync) samples something else."""
+    model, tok = load_policy(policy)
+    prompts = _prompts(tok)
+    engines = {"dummy": {}, "read": {"load_format": "auto"},
+               "unsynced": {"load_format": "dummy", "sync_weights": False}}
+    res = {}
+    for name, kw in engines.items():
+        s = make_sampler(model, tok, engine="vllm", **kw, **ENGINE_KW)
+        greedy = s.generate(prompts, max_new_tokens=16, temperature=0.0)
+        sampled = s.generate(prompts * 2, max_new_tokens=16, temperature=1.0, seed=3, logprobs=True)
+        res[name] = {"load_format": str(s.llm.llm_engine.vllm_config.load_config.load_format),
+                     "sleep_mode": s.sleep_mode, "greedy": [c.token_ids for c in greedy],
+                     "sampled": [c.token_ids for c in sampled], "logprobs": [c.logprobs for c in sampled]}
+        s.close()
+    return res
+
+
 def eval_and_relay(out: Path) -> dict:
     """``eval.run`` and the relay on two tiny checkpoints with each engine, greedy: the same verdicts and
     continuations whichever engine decodes."""
@@ -179,9 +199,9 @@ def train_runs(out: Path, policy: str) -> dict:
     return res
 
 
-SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "eval_and_relay": eval_and_relay,
-             "eval_data_parallel": eval_data_parallel}
-POLICY_SCENARIOS = {"train_runs"}
+SCENARIOS = {"train_runs": train_runs, "agree": agree, "sync": sync, "dummy_load": dummy_load,
+             "eval_and_relay": eval_and_relay, "eval_data_parallel": eval_data_parallel}
+POLICY_SCENARIOS = {"train_runs", "dummy_load"}
 
 if __name__ == "__main__":
     import traceback

@@ -85,6 +85,10 @@ class Config:
                                           # (the paper presets: binary rewards); klear = KlearReasoner's verifier
                                           # (scoring.klear: +1/-1 per sampled test for coder1 rows, format
                                           # penalties; rewards in [-2, 1]; rows need data_source). docs/graders.md
+    allow_unisolated: bool = False        # code tasks and code val_benchmarks: grade even where the sandbox is not
+                                          # fully isolated (not root, no unshare: programs then run as this user,
+                                          # outside a jail, and can read its files and signal the trainer); false:
+                                          # such a machine stops the launch (exit 2) before a model loads
     reward_fn: str = ""                   # your own reward, "module:function" with the graders' signature
                                           # fn(response: str, example: dict) -> bool | scoring.verdict.Verdict (0/1
                                           # accepted; example: the data row, prompt, answer and every other column):
@@ -136,6 +140,13 @@ class Config:
     dynamic_sampling: bool = True         # drop groups whose verdicts are all equal and sample more prompts
     ungraded: Ungraded = "drop_group"     # a row the grader could not grade (grader_error/timeout): drop its group | reward 0
     max_sampling_rounds: int = 3          # bound on generation rounds per step; then train on what there is
+    # prompts a dynamic-sampling round samples per group still missing, so that one round usually fills the step
+    # (trainer/sampling.py, docs/recipes.md "Dynamic sampling refills"): 0 = auto, the fewest prompts that fill it
+    # with 90 % probability at the running keep rate (at most 4x; 2.6x at 8 missing and a keep rate of 0.5) | 1 =
+    # none (one prompt per missing group: ~log2(B) rounds per step at a 50 % keep rate) | e.g. 3 = verl's DAPO
+    # recipe (gen_batch_size = 3 x train_batch_size). Groups past the step's first prompts_per_step informative
+    # ones are not trained, and their prompts go back to the data cursor (resampled next step)
+    oversample: float = 0.0
     # what replaces the groups dynamic sampling drops (docs/recipes.md "Dynamic sampling refills"):
     # auto = fresh on-policy groups from the data cursor, except M2PO, which is not refilled (its batch stays
     # all-stale, as in M2PO's experiments); fresh = always fresh groups (an M2PO refill gets the current policy as
@@ -190,6 +201,12 @@ class Config:
     # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF
     # engine gives entropies too, vLLM none (so seed_rule=entropy needs the trainer's forward there)
     behavior_logprobs: BehaviorSource = "trainer"
+    record_behavior_logprobs: bool = False  # seeds: the refresh runs that forward only where the loss or the cut
+                                          # reads pi_b (seed_loss=state+action, the entropy rule:
+                                          # trainer.rollout.behavior_forward_reason); otherwise (seed_loss=state,
+                                          # a length cut) the records' logp_behavior are the sampler's. true: run it
+                                          # anyway, so they are the trainer's exact pi_b (tsanalysis mismatch);
+                                          # nothing trained changes
     # LUFFY (algorithm=luffy)
     luffy_off_policy_per_group: int = 1   # off-policy traces per group (7 + 1 of G = 8)
     luffy_gamma: float = 0.1              # f(pi) = pi / (pi + gamma)
@@ -339,6 +356,9 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(0 < cfg.vllm_gpu_memory_utilization <= 1,
            f"vllm_gpu_memory_utilization must lie in (0, 1], got {cfg.vllm_gpu_memory_utilization:g}")
     _check(cfg.max_sampling_rounds >= 1, "max_sampling_rounds must be >= 1")
+    _check(cfg.oversample == 0 or cfg.oversample >= 1,
+           f"oversample must be 0 (auto: sized from the running keep rate) or >= 1 (prompts sampled per missing "
+           f"group; 1 = no oversampling), got {cfg.oversample:g}")
     _check(cfg.keep_checkpoints >= 0, f"keep_checkpoints must be >= 0 (0 = keep all), got {cfg.keep_checkpoints}")
     _check(cfg.keep_resume_states >= 1,
            f"keep_resume_states must be >= 1 (the newest checkpoint is what a resumed run reads), got "
@@ -349,6 +369,9 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
                 and cfg.seed_rule == "entropy" and cfg.seed_source in CYCLE_SOURCES),
            "seed_rule=entropy needs the behavior policy's entropies, which vLLM does not return: use "
            "behavior_logprobs=trainer (one no-grad forward of the trained module gives them), or engine=hf")
+    _check(not (cfg.record_behavior_logprobs and cfg.behavior_logprobs == "sampler"),
+           "record_behavior_logprobs=true records the trainer's forward, behavior_logprobs=sampler takes the "
+           "sampler's log-probs instead: set behavior_logprobs=trainer, or record_behavior_logprobs=false")
     _check(cfg.vllm_max_model_len is None or cfg.vllm_max_model_len >= cfg.max_prompt_tokens + cfg.max_response_tokens,
            f"vllm_max_model_len={cfg.vllm_max_model_len} cannot hold a prompt of max_prompt_tokens="
            f"{cfg.max_prompt_tokens} plus max_response_tokens={cfg.max_response_tokens}; raise it or leave it null")

@@ -15,17 +15,20 @@ import json
 import os
 import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import Shard
+from torch.distributed.tensor import Replicate, Shard
 
 from inference.flat import enable_fsdp
 from inference.hub import ModelSourceError
@@ -37,6 +40,11 @@ class Dist:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    # what ``shard_model`` shards over: None = every rank (FSDP on the default 1-D mesh, or nothing on one process);
+    # a 2-D ("replicate", "shard") mesh = HSDP (``hsdp_shape``); a mesh of one rank runs FSDP2's path on one GPU
+    mesh: DeviceMesh | None = None
+    # the group whose collectives wait ``generation_timeout()``, for the wait after a generation (``patient_group``)
+    patient: dist.ProcessGroup | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_main(self) -> bool:
@@ -55,7 +63,8 @@ PATIENT_TIMEOUT = datetime.timedelta(hours=8)
 
 def init_distributed() -> Dist:
     """Initialise the process group when launched by torchrun (collectives time out after ``COLLECTIVE_TIMEOUT``);
-    otherwise a single-process Dist."""
+    otherwise a single-process Dist. On several nodes (``WORLD_SIZE // LOCAL_WORLD_SIZE > 1``) or with
+    ``THINKING_SEEDS_HSDP_REPLICAS`` > 1, ``d.mesh`` is the HSDP mesh of ``hsdp_shape``."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -65,7 +74,39 @@ def init_distributed() -> Dist:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
     rank = dist.get_rank() if dist.is_initialized() else 0
-    return Dist(rank=rank, world_size=world, local_rank=local, device=device)
+    mesh = None
+    if world > 1:
+        replicas, shard = hsdp_shape(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                                     os.environ.get(HSDP_REPLICAS_ENV))
+        if replicas > 1:   # collective: every rank builds the same mesh (one group per row and per column)
+            mesh = init_device_mesh(device.type, (replicas, shard), mesh_dim_names=("replicate", "shard"))
+    return Dist(rank=rank, world_size=world, local_rank=local, device=device, mesh=mesh)
+
+
+# overrides the replica count of ``hsdp_shape``: 1 shards over every rank of every node (more memory per GPU for
+# the model, every all-gather across the nodes' link); N > 1 makes N replicas (a test runs 2 ranks of one machine
+# as 2 replicas of 1 shard)
+HSDP_REPLICAS_ENV = "THINKING_SEEDS_HSDP_REPLICAS"
+
+
+def hsdp_shape(world_size: int, local_world_size: int, replicas: str | None = None) -> tuple[int, int]:
+    """(replicas, shards per replica) of the data-parallel mesh: on several nodes, shard within a node and
+    replicate across nodes (HSDP, as torchtitan's ``dp_replicate`` x ``dp_shard``), so FSDP's per-layer
+    all-gathers and reduce-scatters stay on the node's NVLink and only one all-reduce of the gradient shards per
+    backward crosses the nodes' link; on one node (1, world_size), plain FSDP. ``replicas``: the
+    ``THINKING_SEEDS_HSDP_REPLICAS`` override, which must divide the world size. ``ValueError`` (one line, what
+    to set) for a world torchrun cannot have made or an override that does not fit."""
+    if local_world_size < 1 or world_size % local_world_size:
+        raise ValueError(f"WORLD_SIZE={world_size} is not a multiple of LOCAL_WORLD_SIZE={local_world_size}: launch "
+                         f"the same --nproc_per_node on every node")
+    n = world_size // local_world_size   # nodes
+    if replicas not in (None, ""):
+        if not replicas.strip().isdigit() or int(replicas) < 1 or world_size % int(replicas):
+            raise ValueError(f"{HSDP_REPLICAS_ENV}={replicas} must be a positive divisor of the world size "
+                             f"{world_size}: {n} (one replica per node, the default), 1 (shard over all ranks) or "
+                             f"unset it")
+        n = int(replicas)
+    return n, world_size // n
 
 
 def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) -> torch.nn.Module:
@@ -77,19 +118,24 @@ def shard_model(model: torch.nn.Module, d: Dist, *, param_dtype: torch.dtype) ->
     reduce-scatter, so the sharded fp32 gradient and AdamW's step lose nothing to bf16 rounding (at lr 1e-6 a bf16
     weight of magnitude > ~2.6e-4 cannot move: the update is below half an ulp).
 
+    ``d.mesh`` (``init_distributed``): None shards over every rank; a 2-D ("replicate", "shard") mesh is HSDP, each
+    parameter ``(Replicate(), Shard(0))``: reduce-scattered within a replica, then all-reduced across replicas.
+    A mesh of one rank takes this path on one process too (the device check measures it on one GPU).
+
     One process: the same arithmetic without the collectives (``cast_for_compute``). A no-op when the parameters
     are already in ``param_dtype``.
     """
-    if not d.enabled:
+    if not d.enabled and d.mesh is None:
         return cast_for_compute(model, param_dtype)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     layers = _decoder_layers(model)
     for layer in layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(layer, mesh=d.mesh, mp_policy=mp)
+    fully_shard(model, mesh=d.mesh, mp_policy=mp)
     _COMPUTE_DTYPE[model] = param_dtype
     # The loss is already divided by the global token count (all ranks), so gradients must be summed across
-    # ranks, not averaged: FSDP's default divide-by-world-size would shrink them by N.
+    # ranks, not averaged: FSDP's default divide-by-world-size would shrink them by N. Under HSDP both the
+    # reduce-scatter and the all-reduce across replicas sum (factor 1: no pre- or post-division, SUM for both).
     for module in [*layers, model]:
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM collectives (gloo has no PREMUL_SUM)
@@ -258,9 +304,12 @@ def safetensors_index(path) -> dict[str, str]:
 
 def _dim0_rows(p) -> tuple[int, int]:
     """The rows [start, stop) of a DTensor parameter's global tensor that this rank holds: FSDP2's ``Shard(0)``
-    splits dim 0 as ``torch.chunk`` does (chunks of ceil(D / N) rows, the last ones shorter or empty)."""
-    assert tuple(p.placements) == (Shard(0),), f"expected FSDP2's Shard(0) placement, got {p.placements}"
-    n, r, rows = p.device_mesh.size(), p.device_mesh.get_local_rank(), p.shape[0]
+    splits dim 0 as ``torch.chunk`` does (chunks of ceil(D / N) rows, the last ones shorter or empty) over the
+    mesh's last dimension; under HSDP, ``(Replicate(), Shard(0))``, every replica holds the same rows."""
+    *rep, shard = p.placements
+    assert shard == Shard(0) and all(x == Replicate() for x in rep), f"expected FSDP2's placements, got {p.placements}"
+    dim = p.device_mesh.ndim - 1
+    n, r, rows = p.device_mesh.size(dim), p.device_mesh.get_local_rank(dim), p.shape[0]
     chunk = -(-rows // n)
     start, stop = min(rows, r * chunk), min(rows, (r + 1) * chunk)
     local = p.to_local().shape[0]
@@ -434,12 +483,71 @@ def all_reduce_values(values, d: Dist, *, op: str = "sum") -> list[float]:
     return t.tolist()
 
 
+def gpu_memory_metrics(phase: str, d: Dist, *, free: bool = False, cuda=torch.cuda) -> dict:
+    """What this phase of the step asked of the GPU, in GB (10^9 B), for the step's log; {} without CUDA (nothing
+    measured: no numbers). ``memory/<phase>_peak_allocated_gb`` and ``_peak_reserved_gb``: the caching allocator's
+    peaks since the previous call, which starts them afresh; with ``free``, ``memory/<phase>_free_gb`` instead: what
+    an engine waking now can take, the device's free memory (``mem_get_info``: every process and allocator counted,
+    a sleeping engine's remains too) plus the blocks torch holds cached and unused (reserved - allocated: vLLM's
+    wake returns them to the device first, ``torch.cuda.empty_cache``), then the peaks start afresh. The largest
+    peak and the smallest free value over the ranks (the rank nearest OOM), so every rank calls it at the same points
+    (a collective). ``cuda``: ``torch.cuda`` (tests pass a fake)."""
+    if not cuda.is_available():
+        return {}
+    values = ([-(cuda.mem_get_info()[0] + cuda.memory_reserved() - cuda.memory_allocated()) / 1e9] if free else
+              [cuda.max_memory_allocated() / 1e9, cuda.max_memory_reserved() / 1e9])   # free: negated, max = min
+    values = all_reduce_values(values, d, op="max")
+    cuda.reset_peak_memory_stats()
+    if free:
+        return {f"memory/{phase}_free_gb": -values[0]}
+    return {f"memory/{phase}_peak_allocated_gb": values[0], f"memory/{phase}_peak_reserved_gb": values[1]}
+
+
 def all_gather_objects(obj, d: Dist) -> list:
     if not d.enabled:
         return [obj]
     out = [None] * d.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def gather_objects_to_main(obj, d: Dist) -> list | None:
+    """Every rank's ``obj`` on rank 0, in rank order; ``None`` on the other ranks, which unpickle nothing: for what
+    only rank 0 writes (the step's per-token records)."""
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world_size if d.is_main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def all_gather_rows(rows: dict[int, Sequence], d: Dist, *, dtype: torch.dtype) -> dict[int, torch.Tensor]:
+    """Every rank's ``{row index: values}`` (rows of any length; indices unique across ranks) merged on every rank,
+    each row a 1-D CPU tensor of ``dtype``. Sent as tensors, not pickled Python lists (``all_gather_objects``): each
+    rank's rows are one flat ``dtype`` tensor, padded to the longest rank's total, beside its ``[row, 2]`` table of
+    (index, length): 4 bytes a token id or log-prob (int32/float32) instead of 5-9 pickled, and nothing to unpickle.
+    ``dtype`` must hold the values exactly (token ids: int32; the engines' log-probs are float32 already)."""
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype   # a list goes through numpy: 3x faster than torch's own
+    local = {i: v.to(dtype).reshape(-1).cpu() if isinstance(v, torch.Tensor) else
+             torch.from_numpy(np.asarray(v, dtype=np_dtype).reshape(-1)) for i, v in rows.items()}
+    if not d.enabled:
+        return local
+    table = torch.tensor([[i, len(v)] for i, v in local.items()], dtype=torch.int64).reshape(-1, 2)
+    flat = torch.cat(list(local.values())) if local else torch.zeros(0, dtype=dtype)
+    sizes = torch.tensor([len(local), len(flat)], dtype=torch.int64, device=d.device)
+    all_sizes = [torch.empty_like(sizes) for _ in range(d.world_size)]
+    dist.all_gather(all_sizes, sizes)
+    max_rows, max_total = (max(int(s[k]) for s in all_sizes) for k in (0, 1))
+    tables = [torch.empty(max_rows, 2, dtype=torch.int64, device=d.device) for _ in range(d.world_size)]
+    dist.all_gather(tables, torch.cat([table, table.new_full((max_rows - len(table), 2), -1)]).to(d.device))
+    flats = [torch.empty(max_total, dtype=dtype, device=d.device) for _ in range(d.world_size)]
+    dist.all_gather(flats, torch.cat([flat, flat.new_zeros(max_total - len(flat))]).to(d.device))
+    merged = {}
+    for s, t, f in zip(all_sizes, tables, flats):
+        t, f = t[:int(s[0])].cpu(), f[:int(s[1])].cpu()
+        # each row its own storage: a view would drag its rank's whole flat tensor into every pickle or save of it
+        merged.update(zip(t[:, 0].tolist(), (v.clone() for v in f.split(t[:, 1].tolist()))))
+    return merged
 
 
 def all_gather_objects_patiently(obj, d: Dist, *, timeout: datetime.timedelta | None = None) -> list:
@@ -456,6 +564,45 @@ def all_gather_objects_patiently(obj, d: Dist, *, timeout: datetime.timedelta | 
     finally:
         dist.destroy_process_group(group)
     return out
+
+
+# how long the ranks wait for each other once a generation is done (``wait_for_generation``): the slowest rank's tail
+# of a 16k-token refresh or validation can outlast COLLECTIVE_TIMEOUT, which stays short to catch real hangs
+GENERATION_TIMEOUT = datetime.timedelta(hours=2)
+GENERATION_TIMEOUT_ENV = "THINKING_SEEDS_GENERATION_TIMEOUT_MIN"
+
+
+def generation_timeout() -> datetime.timedelta:
+    """``GENERATION_TIMEOUT``, or ``THINKING_SEEDS_GENERATION_TIMEOUT_MIN`` minutes where that is set."""
+    env = os.environ.get(GENERATION_TIMEOUT_ENV, "").strip()
+    if not env:
+        return GENERATION_TIMEOUT
+    try:
+        minutes = float(env)
+    except ValueError:
+        minutes = float("nan")
+    if not minutes > 0:
+        raise ValueError(f"{GENERATION_TIMEOUT_ENV}={env!r}: set it to a positive number of minutes, or unset it "
+                         f"for {GENERATION_TIMEOUT.total_seconds() / 60:g}")
+    return datetime.timedelta(minutes=minutes)
+
+
+def patient_group(d: Dist) -> dist.ProcessGroup:
+    """The gloo group whose collectives wait ``generation_timeout()``, made on first use and kept on ``d``. Making
+    it is collective (every rank at the same point: ``trainer.rollout.make_rollout_engine``) and waits under that
+    timeout too."""
+    if d.patient is None:
+        d.patient = dist.new_group(backend="gloo", timeout=generation_timeout())
+    return d.patient
+
+
+def wait_for_generation(d: Dist) -> None:
+    """Every rank waits here, on the patient group, until all have finished generating, before the gathers that
+    follow on the process group: a rank whose share decoded sooner waits out the slowest one's tail (a 16k-token
+    refresh or validation) for up to ``generation_timeout()`` (2 h), not in a collective that fails after
+    ``COLLECTIVE_TIMEOUT`` (30 min), which stays short for real hangs."""
+    if d.enabled:
+        dist.barrier(group=patient_group(d))
 
 
 def broadcast_object(obj, d: Dist):

@@ -32,7 +32,7 @@ OPERATIONAL = frozenset({
     "run_name", "output_dir", "resume", "resume_with_changes", "total_steps", "progress", "tracker", "log_rollouts",
     "save_every", "keep_checkpoints", "keep_resume_states", "export_dtype", "rollout_batch_size", "micro_batch_size",
     "micro_batch_tokens", "gradient_checkpointing", "vllm_gpu_memory_utilization", "vllm_sleep_mode",
-    "vllm_max_model_len", "threads",
+    "vllm_max_model_len", "threads", "allow_unisolated",
     # validation scores the policy and picks checkpoints/best; it draws from its own seeds, never the run's
     "val_every", "val_before_train", "val_benchmarks", "val_n", "val_temperature", "val_top_p", "val_top_k",
     "val_max_tokens", "val_template", "val_limit", "val_seed", "select_metric",

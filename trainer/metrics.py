@@ -18,7 +18,7 @@ import torch
 from contracts.seed_lift import step_summary
 from scoring.verdict import UNGRADED_VERDICTS
 from trainer.config import Config
-from trainer.fsdp import Dist, all_gather_objects, all_reduce_values
+from trainer.fsdp import Dist, all_reduce_values, gather_objects_to_main
 from trainer.rollout import Rollout, row_key, split_groups
 from trainer.update import TokenRecord
 
@@ -56,11 +56,12 @@ def sync_check_metrics(sampler) -> dict:
 
 
 def gather_records(records: dict[int, TokenRecord], d: Dist) -> dict[int, TokenRecord]:
-    """Every rank's per-row records, merged (each rank trained a shard of the rows)."""
+    """Every rank's per-row records, merged on rank 0 (each rank trained a shard of the rows); ``{}`` on the other
+    ranks: only rank 0 reads them (the step's metrics, the rollout records it writes)."""
     if not d.enabled:
         return records
     merged = {}
-    for part in all_gather_objects(records, d):
+    for part in gather_objects_to_main(records, d) or []:
         merged.update(part)
     return merged
 

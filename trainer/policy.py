@@ -30,7 +30,7 @@ from inference.tiny import build_model, build_tokenizer
 from trainer.algos import logprobs_and_entropy
 from trainer.algos.entropy import (CHECKPOINT_MIN_ELEMENTS, DEFAULT_CHUNK_SIZE, _chunk_both,
                                    _chunk_both_entropy_detached)
-from trainer.fsdp import (Dist, all_gather_objects, compute_dtype, compute_params, load_shards, materialize,
+from trainer.fsdp import (Dist, all_gather_rows, compute_dtype, compute_params, load_shards, materialize,
                           params_on_meta, shard_model)
 
 
@@ -226,11 +226,57 @@ def _head_chunk(h, w, b, ids, temperature: float, entropy_grad: bool) -> torch.T
     """One chunk: h [C, H] (compute dtype), w [V, H], ids [C] -> [C, 2] float32 (log-prob of ids, entropy).
     The arithmetic of the full-logits path: logits in the compute dtype, then float32, then / temperature, then
     ``trainer.algos.entropy``'s per-row log-softmax, gather and entropy."""
-    z = F.linear(h, w, b).float()   # [C, V]
+    return _logits_pair(F.linear(h, w, b), ids, temperature, entropy_grad)
+
+
+def _logits_pair(z, ids, temperature: float, entropy_grad: bool) -> torch.Tensor:
+    """A chunk's logits z [C, V] (compute dtype) -> [C, 2] float32 (log-prob of ids, entropy)."""
+    z = z.float()
     if temperature not in (0.0, 1.0):
         z = z / temperature
     lp, en = (_chunk_both if entropy_grad else _chunk_both_entropy_detached)(z, ids)
     return torch.stack([lp, en], dim=-1)
+
+
+class _ChunkedHeadFp32Grad(torch.autograd.Function):
+    """``_head_chunk`` over ``chunk_tokens``-position chunks of h [N, H] whose weight (and bias) gradient is summed
+    over the chunks in float32 and rounded to the weight's dtype once at the end, as one GEMM over all N positions
+    sums in float32 inside: autograd would add each chunk's bf16 gradient into a bf16 sum, rounding the running sum
+    once per chunk (the error grew with the chunk count: ~5x one GEMM's at 64 chunks). Each chunk's own GEMM still
+    rounds its [V, H] partial to bf16 once (a float32-output GEMM is not on every backend). Costs a float32 [V, H]
+    buffer while the head's backward runs (V x H x 4 B: 2.2 GB at 7B). Forward keeps no chunk's logits; backward
+    recomputes each chunk's, as the ``torch.utils.checkpoint`` path does, and takes the two GEMMs of ``F.linear``'s
+    backward itself: ``grad_h = dz @ w`` (its chunk's rows), ``grad_w += dz.T @ h`` into the float32 sum."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, ids, temperature: float, entropy_grad: bool, chunk_tokens: int):   # -> [N, 2]
+        ctx.save_for_backward(h, w, b, ids)
+        ctx.args = (temperature, entropy_grad, chunk_tokens)
+        return torch.cat([_head_chunk(h_c, w, b, ids_c, temperature, entropy_grad)
+                          for h_c, ids_c in zip(h.split(chunk_tokens), ids.split(chunk_tokens))])
+
+    @staticmethod
+    def backward(ctx, grad_out):   # [N, 2]
+        h, w, b, ids = ctx.saved_tensors
+        temperature, entropy_grad, chunk_tokens = ctx.args
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(h) if need_h else None
+        grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_w else None   # [V, H]
+        grad_b = torch.zeros(b.shape, dtype=torch.float32, device=b.device) if need_b else None   # [V]
+        start = 0
+        for h_c, ids_c, g_c in zip(h.split(chunk_tokens), ids.split(chunk_tokens), grad_out.split(chunk_tokens)):
+            z = F.linear(h_c, w, b).detach().requires_grad_()   # [C, V]
+            with torch.enable_grad():
+                (dz,) = torch.autograd.grad(_logits_pair(z, ids_c, temperature, entropy_grad), z, g_c)
+            if need_h:
+                grad_h[start:start + len(h_c)] = dz @ w
+            if need_w:
+                grad_w += dz.t() @ h_c   # one rounding to the compute dtype per chunk, summed in float32
+            if need_b:
+                grad_b += dz.sum(0, dtype=torch.float32)
+            start += len(h_c)
+        return (grad_h, None if grad_w is None else grad_w.to(w.dtype),
+                None if grad_b is None else grad_b.to(b.dtype), None, None, None, None)
 
 
 def chunked_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -242,14 +288,18 @@ def chunked_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     Under autograd each chunk of at least ``CHECKPOINT_MIN_ELEMENTS`` logits is a ``torch.utils.checkpoint``
     region: forward keeps only its [C, 2] result, and backward recomputes the chunk's logits, takes their gradient
     and frees them before the next chunk, so at no time does more than one such chunk's [C, V] exist (smaller
-    chunks, a small vocabulary, keep theirs: cheaper than recomputing, as in ``trainer.algos.entropy``). The gradient of ``weight`` is summed over the chunks in its own
-    dtype (as one GEMM over all positions would sum it internally)."""
+    chunks, a small vocabulary, keep theirs: cheaper than recomputing, as in ``trainer.algos.entropy``). A bf16 or
+    fp16 ``weight`` split into several chunks takes ``_ChunkedHeadFp32Grad`` instead, which recomputes every chunk
+    and sums the gradient of ``weight`` over the chunks in float32, as one GEMM over all positions would."""
     assert chunk_tokens >= 1, f"chunk_tokens={chunk_tokens} must be >= 1"
     lead = targets.shape
     assert hidden.shape[:-1] == lead, f"hidden {tuple(hidden.shape)} and targets {tuple(lead)} disagree"
     h = hidden.reshape(-1, hidden.shape[-1])
     ids = targets.reshape(-1).long()
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if grad and weight.dtype in (torch.bfloat16, torch.float16) and h.shape[0] > chunk_tokens:
+        out = _ChunkedHeadFp32Grad.apply(h, weight, bias, ids, temperature, entropy_grad, chunk_tokens)   # [N, 2]
+        return out if len(lead) == 1 else out.view(*lead, 2).clone()
     outs = []
     for h_c, ids_c in zip(h.split(chunk_tokens), ids.split(chunk_tokens)):
         if grad and h_c.shape[0] * weight.shape[0] >= CHECKPOINT_MIN_ELEMENTS:
@@ -352,7 +402,8 @@ def score(model, prompts, responses, *, pad_id: int, micro_batch_size: int, d: D
                                        rows=micro_batch_size, tokens=micro_batch_tokens, rank=d.rank,
                                        world_size=d.world_size,
                                        prompt_keys=[tuple(p) for p in prompts] if flat else None)
-    results: dict[int, tuple[list[float], list[float]]] = {}
+    logps: dict[int, torch.Tensor] = {}   # row -> [L]
+    ents: dict[int, torch.Tensor] = {}
     for b in range(n_batches):
         idx = batches[b] if b < len(batches) else [mine[0] if mine else 0]  # dummy forward keeps ranks in step
         logp, ent, mask = response_logprobs(model, [prompts[i] for i in idx], [responses[i] for i in idx],
@@ -362,9 +413,7 @@ def score(model, prompts, responses, *, pad_id: int, micro_batch_size: int, d: D
             continue
         for row, i in enumerate(idx):
             L = len(responses[i])
-            results[i] = (logp[row, :L].cpu(), ent[row, :L].cpu())
-    gathered = all_gather_objects(results, d)
-    merged = {}
-    for part in gathered:
-        merged.update(part)
-    return [merged[i][0] for i in range(n)], [merged[i][1] for i in range(n)]
+            logps[i], ents[i] = logp[row, :L].float().cpu(), ent[row, :L].float().cpu()
+    # as float32 tensors (trainer.fsdp.all_gather_rows), not a pickle of every rank's rows
+    logps, ents = (all_gather_rows(x, d, dtype=torch.float32) for x in (logps, ents))
+    return [logps[i] for i in range(n)], [ents[i] for i in range(n)]

@@ -6,7 +6,8 @@ wrong and what to do):
 
 - **reward**: the task's grader can be built, and grades a known-right and a known-wrong answer correctly: math
   through math-verify's worker pool, code through the sandbox and the grading worker pool (so a missing
-  ``unshare``, a sandbox that cannot start, or a pool that cannot fork fails here, not at step 0); with
+  ``unshare``, a sandbox that cannot start, or a pool that cannot fork fails here, not at step 0; so does a sandbox
+  that is not fully isolated, not root or no unshare, unless ``allow_unisolated``); with
   ``reward_fn``, the user's function imports, is callable, and grades the embedded task's first example (its
   solution) in the grading workers without an error (``grader_error``/``timeout``) or a return value that is not
   a verdict;
@@ -20,31 +21,39 @@ wrong and what to do):
   machine (tiny models, a local directory, the Hugging Face cache), with the prompt-length filter applied;
 - **model**: a tiny size, a local directory, or a hub id that will be downloaded at run time;
 - **validation**: the ``val_benchmarks`` problems load from their default source (``trainer.validate.load_plan``);
+  a code benchmark among them needs the full sandbox too, unless ``allow_unisolated``;
 - **packages**: every package the run's path imports (``required_packages``: the engine, the reward, a hub data
-  set, multi-GPU sharding and checkpoints, the tracker) is installed, each named with what needs it and how to get it.
+  set, multi-GPU sharding and checkpoints, the tracker) is installed, each named with what needs it and how to get it;
+- **nodes** (torchrun on several nodes): ``MASTER_ADDR`` and this node's hostname are not loopback addresses the
+  other nodes cannot reach, ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` name the interface between the nodes
+  (``warn`` when unset), and the HSDP mesh fits the world size.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from transformers import AutoTokenizer
 
-from inference.hub import ModelSourceError, check_model_files, is_hub_id, offline, resolve_model
+from inference.hub import ModelSourceError, check_model_files, hub_reachable, is_hub_id, offline, resolve_model
 from inference.tiny import build_tokenizer
 from scoring.benchmarks.mathbench import DATA_ENV
 from scoring.grading import GRADE_TIMEOUT_S
 from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnError, code_workers, grade_code_batch,
                              grade_task_batch, load_reward_fn, reward_of)
-from scoring.sandbox import isolation
+from scoring.sandbox import SandboxError, check_isolation
 from scoring.tasks import TASKS, get_task
 from scoring.templates import BOXED_INSTRUCTION, TEMPLATES, render_prompt
 from trainer.config import Config, validation_on
+from trainer.fsdp import HSDP_REPLICAS_ENV, hsdp_shape
 from trainer.data import DataError, code_fields, get_field, load_examples
 from trainer.validate import ValidationError, load_plan
 
@@ -76,7 +85,7 @@ TASK_TEMPLATES = {"code": ("lcb",), "math": MATH_TEMPLATES, "addition": ("raw",)
 @dataclass
 class Check:
     name: str
-    status: str        # ok | skip | fail
+    status: str        # ok | warn (works, but likely not as meant) | skip | fail
     detail: str
 
     def line(self) -> str:
@@ -94,6 +103,7 @@ def preflight(cfg: Config, *, world_size: int = 1) -> list[Check]:
     checks.append(check_validation(cfg))
     checks.append(check_output(cfg))
     checks.append(check_packages(cfg, world_size=world_size))
+    checks.append(check_nodes(world_size=world_size))
     return checks
 
 
@@ -103,6 +113,10 @@ def check_validation(cfg: Config) -> Check:
     folder fails here, not after the model is built."""
     if not validation_on(cfg):
         return Check("validation", "ok", "off (val_every=0, val_before_train=false)")
+    if not os.environ.get(DATA_ENV) and not offline() and not hub_reachable():   # one line now, not retries
+        return Check("validation", "skip", f"{', '.join(cfg.val_benchmarks)}: without {DATA_ENV} the problems are "
+                                           f"read from the hub at run time, and the hub is unreachable from here (a "
+                                           f"launch here would stop there: set {DATA_ENV}, docs/data.md)")
     try:
         plan = load_plan(cfg)
     except ValidationError as e:
@@ -111,6 +125,12 @@ def check_validation(cfg: Config) -> Check:
                                                f"are read from the hub at run time, and HF_HUB_OFFLINE=1 here (a "
                                                f"launch offline would stop here: set {DATA_ENV}, docs/data.md)")
         return Check("validation", "fail", str(e))
+    code = [bp.bench.name for bp in plan if bp.bench.kind == "code"]
+    if code:   # fail closed: their responses run in the sandbox
+        try:
+            check_isolation(allow_unisolated=cfg.allow_unisolated)
+        except SandboxError as exc:
+            return Check("validation", "fail", f"val_benchmarks {', '.join(code)}: {exc}")
     return Check("validation", "ok", "; ".join(
         f"{bp.bench.name}: {len(bp.problems)} problems x {bp.settings['n']} samples, {bp.settings['max_tokens']} "
         f"tokens at temperature {bp.settings['temperature']:g}" for bp in plan)
@@ -160,11 +180,15 @@ def check_reward(cfg: Config) -> Check:
         return check_reward_fn(cfg)
     if cfg.task not in GRADERS:
         return Check("reward", "fail", f"no reward for task '{cfg.task}'; choose one of {sorted(GRADERS)}")
+    if cfg.task in CODE_TASKS:   # fail closed: the responses run in the sandbox
+        try:
+            iso = check_isolation(allow_unisolated=cfg.allow_unisolated)
+        except SandboxError as exc:
+            return Check("reward", "fail", f"task '{cfg.task}': {exc}")
     try:
         if cfg.task == "math":
             got = grade_task_batch("math", ["so \\boxed{12}", "so \\boxed{13}"], [{"answer": "12"}, {"answer": "12"}])
         elif cfg.task in CODE_TASKS:
-            iso = isolation()
             ex = {"testtype": "stdin", "tests": [{"input": "2 3\n", "output": "5"}]}
             right = "```python\na,b=map(int,input().split())\nprint(a+b)\n```"
             wrong = "```python\na,b=map(int,input().split())\nprint(a-b)\n```"
@@ -405,3 +429,84 @@ def check_packages(cfg: Config, *, cuda: bool | None = None, world_size: int = 1
         return Check("packages", "fail", "; ".join(f"'{r.module}' is not installed (needed by {r.why}): {r.install}"
                                                    for r in missing))
     return Check("packages", "ok", f"the {len(reqs)} modules this run imports are installed")
+
+
+# ------------------------------------------------------------------------------------------------------- nodes
+# the checks whose outcome depends on the node a rank runs on: each node's first rank prints their failures
+NODE_CHECKS = ("nodes",)
+IFNAME_ENVS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def _resolves_to(host: str) -> str | None:
+    """The IPv4 address ``host`` resolves to here, or None when it does not resolve."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return None
+
+
+def _interfaces() -> str:
+    """This machine's network interfaces other than loopback, for the message that asks to pick one."""
+    try:
+        names = [name for _, name in socket.if_nameindex() if name != "lo"]
+    except OSError:
+        names = []
+    return ", ".join(names) or "see `ip -br addr`"
+
+
+def check_nodes(*, world_size: int = 1, env: Mapping[str, str] | None = None) -> Check:
+    """What torchrun on several nodes (``WORLD_SIZE // LOCAL_WORLD_SIZE > 1``) needs from each node, before the
+    process group waits on it for ``COLLECTIVE_TIMEOUT``:
+
+    - ``MASTER_ADDR`` (the rendezvous host torchrun exports) is not a loopback address: the other nodes could not
+      reach it;
+    - this node's hostname resolves to an address that is not loopback, or ``GLOO_SOCKET_IFNAME`` is set: gloo (the
+      trainer's patient gathers, every CPU collective) binds to the address the hostname resolves to, and Debian's
+      ``127.0.1.1`` in ``/etc/hosts`` would be advertised to the other nodes, which then hang connecting to it;
+    - ``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME`` name the interface between the nodes: unset, NCCL takes
+      the first interface that is not loopback or docker (a management network, say); a ``warn``, as it often works;
+    - ``THINKING_SEEDS_HSDP_REPLICAS``, when set, divides the world size (``trainer.fsdp.hsdp_shape``).
+
+    ``env``: the environment to read (this process's by default)."""
+    env = os.environ if env is None else env
+    local = int(env.get("LOCAL_WORLD_SIZE") or world_size)
+    try:
+        replicas, shards = hsdp_shape(world_size, local, env.get(HSDP_REPLICAS_ENV))
+    except ValueError as exc:
+        return Check("nodes", "fail", str(exc))
+    nodes = world_size // local
+    mesh = (f"FSDP over {world_size} ranks" if replicas == 1 else
+            f"HSDP, {replicas} replicas x {shards} shards")
+    if nodes == 1:
+        return Check("nodes", "ok", f"one node, {mesh}" if world_size > 1 else "one process")
+    problems, warnings_ = [], []
+    master = env.get("MASTER_ADDR", "")
+    master_ip = _resolves_to(master) if master else None
+    if not master:
+        problems.append("MASTER_ADDR is not set: launch with torchrun --rdzv_endpoint HOST:PORT (or --master_addr "
+                        "HOST), HOST node 0's address as the other nodes see it")
+    elif master_ip is None:
+        problems.append(f"MASTER_ADDR={master} does not resolve on this node: name node 0 by an address or a name "
+                        f"every node resolves (--rdzv_endpoint / --master_addr)")
+    elif ipaddress.ip_address(master_ip).is_loopback:
+        problems.append(f"MASTER_ADDR={master} is a loopback address ({master_ip}) that the other nodes cannot "
+                        f"reach: launch with --rdzv_endpoint HOST:PORT (or --master_addr HOST) naming node 0's "
+                        f"address on the network between the nodes")
+    host = socket.gethostname()
+    host_ip = _resolves_to(host)
+    if (host_ip is None or ipaddress.ip_address(host_ip).is_loopback) and not env.get("GLOO_SOCKET_IFNAME"):
+        what = "does not resolve" if host_ip is None else f"resolves to the loopback address {host_ip}"
+        problems.append(f"this node's hostname {host} {what}, so gloo would advertise a loopback address to the "
+                        f"other nodes: set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the interface between "
+                        f"the nodes ({_interfaces()}), or map {host} to that interface's address in /etc/hosts")
+    unset = [name for name in IFNAME_ENVS if not env.get(name)]
+    if unset:
+        warnings_.append(f"{' and '.join(unset)} unset: NCCL and gloo pick an interface themselves (NCCL the first "
+                         f"that is not loopback or docker), which may not be the one between the nodes; set "
+                         + " ".join(f"{name}=<interface>" for name in unset) + f" (here: {_interfaces()})")
+    if problems:
+        return Check("nodes", "fail", "; ".join(problems))
+    where = f"{nodes} nodes x {local} ranks, {mesh}; MASTER_ADDR={master} ({master_ip}), {host} ({host_ip})"
+    if warnings_:
+        return Check("nodes", "warn", f"{where}; " + "; ".join(warnings_))
+    return Check("nodes", "ok", where + "; " + ", ".join(f"{name}={env[name]}" for name in IFNAME_ENVS))

@@ -5,7 +5,8 @@ Its state (the seed buffer of the current refresh cycle, the stale queue) is par
 run killed in the middle of a cycle resumes with the same seeds.
 
 Thinking Seeds (DESIGN §2): at step s with s mod T = 0 the current policy π_b samples G responses for every
-prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward. Batch s
+prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward where
+something reads them (``behavior_forward_reason``), else from the sampler. Batch s
 trains on them as on-policy DAPO; batch s+j truncates each cached response independently (ratio or entropy rule)
 and the policy of step s+j continues from prompt + seed. Batch s+j also grades its cached responses whole (no
 generation): each seeded row carries the verdict of the response its seed was cut from (``source_correct``), the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -36,7 +38,8 @@ from trainer.algos import (CYCLE_SOURCES, adaptive_ratios, arm_means, choose_arm
                            new_arm_stats, ratio_seed_lengths, update_arm_stats)
 from trainer.checkpoint import CheckpointError
 from trainer.data import off_policy_ids
-from trainer.fsdp import Dist, all_gather_objects, compute_dtype, copy_full_weights
+from trainer.fsdp import (Dist, all_gather_objects, all_gather_rows, compute_dtype, copy_full_weights, patient_group,
+                          reshard, wait_for_generation)
 from trainer.policy import engine_copy, score
 
 
@@ -106,6 +109,29 @@ def thinking_seeds(cfg) -> bool:
     return cfg.seed_source == "refresh" and cfg.seed_trigger == "always" and cfg.seed_rule in ("ratio", "entropy")
 
 
+def fresh_first_round(cfg) -> bool:
+    """Whether a step's first round (``RolloutBuilder.collect``) is fresh groups of prompts from the loader, which
+    dynamic sampling may oversample; Thinking Seeds' and the restart distributions' first rounds come from their
+    cycle or seeds, M2PO's from its stale queue."""
+    return cfg.algorithm not in ("seeds", "m2po")
+
+
+def behavior_forward_reason(cfg) -> str | None:
+    """Why a refresh needs the behavior policy's log-probs or entropies of its cached responses (the trainer's
+    no-grad forward over all T·B·G rows, ``RolloutBuilder.behavior``), or None when nothing reads them. The readers:
+    the seed tokens' ratio pi_theta / pi_b (``seed_loss=state+action``, and ``seed_stale_loss=m2po``'s mask within
+    it), the entropy rule's cut, and the records' ``logp_behavior`` when asked for (``record_behavior_logprobs``,
+    for ``tsanalysis mismatch``). ``seed_loss=state`` masks the seed tokens out of the loss and its denominator, so
+    neither their ratio nor a stale-loss option reaches the gradient; the ratio and adaptive rules cut by length."""
+    if cfg.seed_loss == "state+action":
+        return "seed_loss=state+action: the seed tokens' ratio is pi_theta / pi_b"
+    if cfg.seed_rule == "entropy":
+        return "seed_rule=entropy: the cut reads pi_b's entropies"
+    if cfg.record_behavior_logprobs:
+        return "record_behavior_logprobs=true: the records' logp_behavior"
+    return None
+
+
 def _all_wrong(group: list[Rollout]) -> bool:
     """The group was graded (at least one verdict) and none of its graded rows is correct."""
     graded = [r for r in group if r.verdict not in UNGRADED_VERDICTS]
@@ -129,6 +155,26 @@ def rank_rows(n_rows: int, rank: int, world_size: int) -> range:
     return range(rank * n_rows // world_size, (rank + 1) * n_rows // world_size)
 
 
+def gather_completions(comps: dict[int, Completion], d: Dist) -> dict[int, Completion]:
+    """Every rank's ``{row: Completion}`` merged on every rank (all of them train on all rows). Token ids and
+    log-probs / entropies go as int32 / float32 tensors (``all_gather_rows``), not as pickled Python lists: 512
+    rows of 4k tokens with log-probs are 16.8 MB so, 27.6 MB pickled, which every rank received and unpickled
+    (tests/test_collectives.py). Lossless: ids fit int32, and both engines compute log-probs and entropies in
+    float32."""
+    if not d.enabled:
+        return comps
+    reasons = {}
+    for part in all_gather_objects({i: c.finish_reason for i, c in comps.items()}, d):
+        reasons.update(part)
+    ids = all_gather_rows({i: c.token_ids for i, c in comps.items()}, d, dtype=torch.int32)
+    lps = all_gather_rows({i: c.logprobs for i, c in comps.items() if c.logprobs is not None}, d,
+                          dtype=torch.float32)
+    ents = all_gather_rows({i: c.entropies for i, c in comps.items() if c.entropies is not None}, d,
+                           dtype=torch.float32)
+    return {i: Completion(ids[i].tolist(), reason, lps[i].tolist() if i in lps else None,
+                          ents[i].tolist() if i in ents else None) for i, reason in reasons.items()}
+
+
 @dataclass
 class RolloutBuilder:
     cfg: object
@@ -144,9 +190,13 @@ class RolloutBuilder:
     arm_stats: dict | None = None    # seed_rule=adaptive: wins / losses per source verdict and arm
     restart_metrics: dict = field(default_factory=dict)   # the step's seeds/* restart counts (``_restart``)
     stale_queue: list = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
+    # dynamic sampling's running keep rate (trainer.sampling.update_keep_counts): decayed counts of informative
+    # and sampled groups in the rounds it sized; None before its first round (the prior)
+    keep_counts: tuple[float, float] | None = None
     generated_tokens: int = 0        # cumulative tokens sampled by the policy (all ranks)
     prefilled_tokens: int = 0        # cumulative context tokens (prompt, and seed) the sampler was given (all ranks)
     behavior_s: float = 0.0          # cumulative seconds in the no-grad behavior forward (logged, not resumed)
+    behavior_noted: bool = False     # the first refresh said where pi_b's log-probs come from (``behavior``)
     _next_group: int = 0
     _opens_think: bool | None = None
 
@@ -159,8 +209,10 @@ class RolloutBuilder:
         return self._opens_think
 
     # ---------------------------------------------------------------------------------------------------
-    def collect(self, step: int) -> list[Rollout]:
-        """The step's first round of groups (dynamic sampling asks ``fresh`` for more)."""
+    def collect(self, step: int, *, fresh_prompts: int | None = None) -> list[Rollout]:
+        """The step's first round of groups (dynamic sampling asks ``fresh`` for more). ``fresh_prompts``: how many
+        prompts a first round of fresh groups (``fresh_first_round``) draws from the loader, dynamic sampling's
+        oversampled count (default ``prompts_per_step``); a seeded, refresh or stale first round has its batch."""
         self._next_group = 0
         self.restart_metrics = {}
         cfg = self.cfg
@@ -173,7 +225,8 @@ class RolloutBuilder:
             return self._seeded(step, j)
         if cfg.algorithm == "m2po":
             return self._stale(step)
-        return self.fresh(self.loader.next(cfg.prompts_per_step), step, round_=0)
+        assert fresh_first_round(cfg)
+        return self.fresh(self.loader.next(fresh_prompts or cfg.prompts_per_step), step, round_=0)
 
     def fresh(self, example_idxs: Sequence[int], step: int, round_: int, *, behavior: bool = False) -> list[Rollout]:
         """On-policy groups of G for the given prompts (LUFFY: G - n_off on-policy plus n_off off-policy).
@@ -253,12 +306,14 @@ class RolloutBuilder:
                 i = k * G + g
                 c, m, cont = cache[i], seed_lens[i], comps[i]
                 seed = c["response_ids"][:m]
-                behavior = c["logp"][:m].tolist() + [math.nan] * len(cont.token_ids)
+                # None: the refresh kept no log-probs (nothing reads them, and the sampler returned none)
+                behavior = None if c["logp"] is None else c["logp"][:m].tolist() + [math.nan] * len(cont.token_ids)
                 cut = c["response_ids"][m] if m < len(c["response_ids"]) else None
                 rows.append(self._row(ex, group, g, seed + cont.token_ids, cont.finish_reason, variant="seed",
                                       seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
                                       trunc_token_id=cut, behavior_logp=behavior, source_len=len(c["response_ids"]),
-                                      sampler_logp=[math.nan] * m + list(cont.logprobs)))
+                                      sampler_logp=None if cont.logprobs is None else
+                                      [math.nan] * m + list(cont.logprobs)))
         if not cfg.seed_grade_sources:
             return self.reward(rows)
         # the fresh value of each prompt (contracts.seed_lift): its G cached responses graded whole, in the same batch
@@ -471,16 +526,32 @@ class RolloutBuilder:
         return rows
 
     # --- shared pieces --------------------------------------------------------------------------------
-    def behavior(self, prompts, comps) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Behavior log-probs and entropies of the completions ``comps`` (config ``behavior_logprobs``): the
-        sampler's own, or one no-grad forward of the trained module."""
+    def behavior(self, prompts, comps) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """Behavior log-probs and entropies of the refresh's completions ``comps``: one no-grad forward of the
+        trained module when something reads them (``behavior_forward_reason``) and ``behavior_logprobs=trainer``
+        (or the sampler returned none); otherwise the sampler's own, None for a row it returned none for (vLLM: no
+        entropies). The 16k code preset (seed_loss=state, ratio rule) so skips ~22 M tokens of forward per refresh,
+        run with the engine awake. Says once which it is; ``seeds/behavior_forward`` is 1 on a refresh that ran it."""
         cfg = self.cfg
-        if cfg.behavior_logprobs == "sampler" and all(c.logprobs is not None for c in comps):
+        why = behavior_forward_reason(cfg)
+        sampled = all(c.logprobs is not None for c in comps)
+        run = why is not None and (cfg.behavior_logprobs == "trainer" or not sampled)
+        self.restart_metrics["seeds/behavior_forward"] = float(run)
+        if not self.behavior_noted and self.d.is_main:
+            how = (f"the trainer's no-grad forward ({why})" if run else
+                   "the sampler (behavior_logprobs=sampler)" if why else
+                   "the sampler, no forward: nothing reads them (seed_loss=state, a length cut)")
+            print(f"refresh: pi_b's log-probs from {how}", file=sys.stderr)
+            self.behavior_noted = True
+        if run:
+            return self._score(prompts, [c.token_ids for c in comps])
+        if cfg.behavior_logprobs == "sampler" and sampled:
             # vLLM returns no entropy: NaN (config refuses the entropy rule there, the only reader of them)
             return ([torch.tensor(c.logprobs, dtype=torch.float32) for c in comps],
                     [torch.tensor(c.entropies if c.entropies is not None else [math.nan] * len(c.logprobs),
                                   dtype=torch.float32) for c in comps])
-        return self._score(prompts, [c.token_ids for c in comps])
+        as_tensor = lambda v: None if v is None else torch.tensor(v, dtype=torch.float32)  # noqa: E731
+        return [as_tensor(c.logprobs) for c in comps], [as_tensor(c.entropies) for c in comps]
 
     def _score(self, prompts, responses) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """One no-grad forward of the trained module, batched and laid out as the update's forward."""
@@ -489,7 +560,8 @@ class RolloutBuilder:
                     micro_batch_size=cfg.micro_batch_size, d=self.d, temperature=cfg.temperature,
                     micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
         self.behavior_s += time.perf_counter() - t0   # score returns CPU tensors: the forward has finished
-        return out
+        reshard(self.model)   # FSDP2 keeps the root unit gathered after a forward with no backward: free it, the
+        return out            # engine decodes on (2.2 GB at 7B; docs/gpu_memory.md)
 
     def generate(self, prompts: list[list[int]], budgets: list[int], *, seeds: list[int], logprobs: bool = False,
                  prefix_lens: list[int] | None = None):
@@ -508,9 +580,8 @@ class RolloutBuilder:
                                           temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                           seeds=[seeds[i] for i in todo], **kw)
             out.update(zip(todo, comps))
-        merged = {}
-        for part in all_gather_objects(out, d):
-            merged.update(part)
+        wait_for_generation(d)   # the slowest rank's tail, on the patient group: not in the gather's collectives
+        merged = gather_completions(out, d)
         empty = [] if logprobs else None
         comps = [merged.get(i) or Completion([], "length", empty, empty) for i in range(len(prompts))]
         self.generated_tokens += sum(len(c.token_ids) for c in comps)
@@ -566,7 +637,7 @@ class RolloutBuilder:
     def state_dict(self) -> dict:
         return {"seed_buffer": self.seed_buffer, "stale_queue": self.stale_queue,
                 "generated_tokens": self.generated_tokens, "prefilled_tokens": self.prefilled_tokens,
-                "seed_pool": self.seed_pool, "arm_stats": self.arm_stats}
+                "seed_pool": self.seed_pool, "arm_stats": self.arm_stats, "keep_counts": self.keep_counts}
 
     def load_state_dict(self, state: dict) -> None:
         self.seed_buffer = state["seed_buffer"]
@@ -575,6 +646,7 @@ class RolloutBuilder:
         self.prefilled_tokens = state.get("prefilled_tokens", 0)   # states written before it was counted
         self.seed_pool = state.get("seed_pool", {})     # states written before restart distributions have neither
         self.arm_stats = state.get("arm_stats")
+        self.keep_counts = state.get("keep_counts")   # states written before oversampling: the prior again
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -586,8 +658,11 @@ def make_rollout_engine(cfg, model, tokenizer, d: Dist, *, sampler_builder=None)
     in the compute dtype (``trainer.policy.engine_copy``: built on the meta device, no fp32 copy) that
     ``sync_rollout_weights`` fills, here and every step; vLLM loads the checkpoint directory itself and is pushed
     the sharded model's weights. ``sampler_builder``: replaces ``inference.make_sampler`` (same signature).
-    Collective on several ranks."""
+    Collective on several ranks; the group the ranks wait on after each generation (``trainer.fsdp.patient_group``)
+    is made here, before the engine starts."""
     build = sampler_builder or make_sampler
+    if d.enabled:
+        patient_group(d)
     engine = resolve_engine(cfg.engine, model=model)
     engine_model = model
     if d.enabled and engine == "hf":
@@ -616,3 +691,5 @@ def sync_rollout_weights(sampler, engine_model, model) -> None:
     if engine_model is not model:
         copy_full_weights(engine_model, model)
     sampler.update_weights(engine_model)
+    reshard(model)   # vLLM's sync probe runs a no-grad forward of the sharded module: its root unit would stay
+                     # gathered through generation (2.2 GB at 7B; docs/gpu_memory.md)

@@ -73,16 +73,18 @@ from contracts.records import rollout_path, write_rollouts
 from inference import make_sampler, resolve_engine
 from inference.flat import BACKENDS as FLAT_BACKENDS, unsupported_reason
 from inference.hub import ModelSourceError
+from scoring.rewards import CODE_TASKS
+from scoring.sandbox import check_isolation
 from trainer import checkpoint as ckpt
 from trainer import history
 from trainer.config import (Config, ConfigError, learning_warnings, load_config, validate, validation_on,
                             validation_warnings)
 from trainer.data import PromptLoader, load_examples, tokenize_prompts
-from trainer.fsdp import Dist, init_distributed, shutdown
+from trainer.fsdp import Dist, gpu_memory_metrics, init_distributed, shutdown
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
 from trainer.policy import (compute_dtype_engines, load_for_training, load_reference, resolve_dtype,
                             resolve_master_dtype)
-from trainer.preflight import preflight
+from trainer.preflight import NODE_CHECKS, preflight
 from trainer.rollout import RolloutBuilder, make_rollout_engine, sync_rollout_weights
 from trainer.sampling import collect_step
 from trainer.signals import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption, resume_hint
@@ -110,6 +112,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     examples = load_examples(cfg)
     # validation's benchmarks (trainer/validate.py): read before the model, so missing data stops the run first
     val_plan = load_plan(cfg) if validation_on(cfg) else []
+    if (cfg.task in CODE_TASKS and not cfg.reward_fn) or any(bp.bench.kind == "code" for bp in val_plan):
+        check_isolation(allow_unisolated=cfg.allow_unisolated)   # fail closed before the model: SandboxError
 
     # --- model, data, rollout engine, optimizer ----------------------------------------------------------
     # mixed precision: the model (and so the optimizer state) in master_dtype (fp32), forward/backward in dtype;
@@ -140,6 +144,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
                                              loader=loader, builder=builder)
     if d.is_main:
         history.record_launch(run_dir, cfg, from_step=start)   # config.yaml and the launch's line in the history
+        if d.mesh is not None and d.mesh.ndim == 2:   # several nodes (trainer.fsdp.hsdp_shape)
+            print(f"sharding: HSDP, {d.mesh.size(0)} replicas x {d.mesh.size(1)} shards", file=sys.stderr)
         if cfg.train_forward == "auto":   # say which forward the log-probs come from, and why not flat
             why = unsupported_reason(model)
             print("training forward: " + ("flat (inference/flat.py)" if why is None else f"model's own ({why})"),
@@ -165,6 +171,9 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     with Preemption() as preemption:   # SIGTERM: save a resume point after this step, then stop
         for step in range(start, cfg.total_steps):
             t0 = time.perf_counter()
+            # GPU memory (CUDA only; trainer.fsdp.gpu_memory_metrics): free before the engine wakes, then the peaks
+            # of generation (the sync, sampling, a refresh's scoring) and of the update, so a first run shows its room
+            memory = gpu_memory_metrics("wake", d, free=True) if not fresh else {}
             if not fresh:   # after a validation the engine holds these weights already
                 sync_rollout_weights(sampler, engine_model, model)
             fresh = False
@@ -172,6 +181,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             prefill_before = builder.prefilled_tokens
             rows, kept, metrics = collect_step(builder, cfg, step)   # dynamic sampling (trainer/sampling.py)
             metrics.update(sync_check_metrics(sampler))
+            metrics.update(memory, **gpu_memory_metrics("gen", d))
             if hasattr(sampler, "sleep"):
                 sampler.sleep()   # vLLM sleep mode: its GPU memory is the trainer's until the next sync wakes it
             t_gen = time.perf_counter() - t0
@@ -187,6 +197,7 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
             else:  # the sampling bound was hit with no informative group: no update, logged
                 skip_update(scheduler)
                 metrics["sampling/skipped_update"] = 1
+            metrics.update(gpu_memory_metrics("update", d))
             produced_tokens += sum(len(r.response_ids) for r in rows)
             if d.is_main and step == start and FLAT_BACKENDS:   # the SDPA kernels the flat forward's calls got
                 print("flat attention kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(FLAT_BACKENDS.items())),
@@ -312,11 +323,13 @@ def launch(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return dry_run(cfg, world_size=world_size)
     # a launch makes the dry run's checks first: bad input is a line naming the field or file, exit 2, nothing written
-    failed = [c for c in preflight(cfg, world_size=world_size) if c.status == "fail"]
+    checks = preflight(cfg, world_size=world_size)
+    failed = [c for c in checks if c.status == "fail"]
+    node_main = os.environ.get("LOCAL_RANK", "0") == "0"   # a node's own checks are said by its first rank
+    for c in checks:
+        if c.status in ("fail", "warn") and (main_rank or (node_main and c.name in NODE_CHECKS)):
+            print(f"{'error' if c.status == 'fail' else 'warning'}: {c.name}: {c.detail}", file=sys.stderr)
     if failed:
-        if main_rank:
-            for c in failed:
-                print(f"error: {c.name}: {c.detail}", file=sys.stderr)
         return 2
     d = init_distributed()
     torch.set_num_threads(torch_threads(cfg, d.world_size))

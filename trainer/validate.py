@@ -44,9 +44,10 @@ from inference.hub import config_context
 from scoring.benchmarks import Benchmark, Problem, get_benchmark
 from scoring.benchmarks.protocol import encode_prompts, grade_responses, sample_seed, scores
 from scoring.grading import GRADE_TIMEOUT_S
-from scoring.pool import WorkerPool, apply, default_workers
+from scoring.math import MATH_MEMORY_MB
+from scoring.pool import WorkerPool, apply, workers_per_rank
 from trainer.config import Config, val_settings
-from trainer.fsdp import Dist, all_gather_objects
+from trainer.fsdp import Dist, gather_objects_to_main, wait_for_generation
 from trainer.rollout import rank_rows
 
 __all__ = ["BEFORE", "VAL_DIR", "ValidationError", "BenchPlan", "Selection", "is_due", "selection", "load_plan",
@@ -173,10 +174,11 @@ class Validator:
 
     @property
     def pool(self) -> WorkerPool:
-        """Math grading processes, made on first use: this rank's share of the cores, eval's hard per-item limit."""
+        """Math grading processes, made on first use: this rank's share of its node's cores
+        (``scoring.pool.workers_per_rank``), eval's hard per-item limit."""
         if self._pool is None:
-            workers = max(1, default_workers() // self.d.world_size)
-            self._pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S, workers=workers)
+            self._pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S, workers=workers_per_rank(),
+                                    memory_mb=MATH_MEMORY_MB)
         return self._pool
 
     def close(self) -> None:
@@ -189,8 +191,9 @@ class Validator:
         d = self.d
         self.sync()
         mine = self._sample_and_grade()
+        wait_for_generation(d)   # the slowest rank's tail, on the patient group: not in the gather's collective
         merged: dict[tuple[int, int], dict] = {}
-        for part in all_gather_objects(mine, d):
+        for part in gather_objects_to_main(mine, d) or []:   # only rank 0 writes the rows and the metrics
             merged.update(part)
         if not d.is_main:
             return {}

@@ -12,6 +12,7 @@
     tsanalysis relay      --early CKPT_A --final CKPT_B --benchmarks NAME [--problems FILE] [--n 64] [--cut 0.5]
                           [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
+                          [--allow-unisolated]
 
 Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json); the
 relay's pass@k, the truncation shares and the seeds' values print as percentages (lifts in points), the files
@@ -234,7 +235,7 @@ def _cmd_relay(args) -> None:
         cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         seed=args.seed,
         limit=args.limit, engine=args.engine, template=args.template, out=args.out,
-        batch_problems=args.batch_problems)
+        batch_problems=args.batch_problems, allow_unisolated=args.allow_unisolated)
     print(format_passk(tables["relay_passk"]))
     paths = io.write_results(out_dir, tables, settings)
     print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
@@ -388,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-problems", type=_positive_int, default=8,
                    help="problems per generate call (n samples each); part of the sampling seed")
     p.add_argument("--out", default=None, help="output folder (default results/analysis/<final run>/relay/<tag>/)")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="a code benchmark: grade even where the sandbox is not fully isolated (not root, no unshare: "
+                        "programs then run as this user, outside a jail); refused otherwise (exit 2)")
     p.set_defaults(func=_cmd_relay)
     return ap
 

@@ -239,8 +239,11 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
               cut: float = 0.5, max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
               top_k: int = 0, seed: int = 0, limit: int | None = None, engine: str = "auto",
               template: str | None = None, out: str | os.PathLike | None = None, batch_problems: int = 8,
+              allow_unisolated: bool = False,
               log: Callable[[str], None] = print) -> tuple[dict[str, pd.DataFrame], Path, dict]:
-    """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring."""
+    """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring.
+    ``allow_unisolated``: grade a code benchmark even where the sandbox is not fully isolated (refused otherwise,
+    ``scoring.sandbox.check_isolation``)."""
     from transformers import AutoTokenizer
 
     from inference import load_policy, make_sampler, resolve_engine
@@ -250,7 +253,9 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     from inference.hub import model_context
     from inference.protocol import resolve_top_k
     from scoring.grading import GRADE_TIMEOUT_S
+    from scoring.math import MATH_MEMORY_MB
     from scoring.pool import WorkerPool, apply
+    from scoring.sandbox import SandboxError, check_isolation
     from scoring.templates import render_prompt
 
     # -- everything that can fail cheaply, before a model is loaded and before the output folder is claimed --
@@ -284,6 +289,11 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     # weights are pushed into it)
     dtype = checkpoint_dtype(final_dir)
     bench, probs = _load_problems(benchmark, problems, limit)
+    if bench.kind == "code":   # its responses run in the sandbox: refused where it is not fully isolated
+        try:
+            check_isolation(allow_unisolated=allow_unisolated)
+        except SandboxError as e:
+            raise RelayError(str(e)) from None
     template = template or bench.default_template
     max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
     tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
@@ -344,7 +354,7 @@ def run_relay(*, early: str, final: str, benchmark: str | None = None, problems:
     def grade(problems, responses: list[list[list[int]]]) -> list[tuple[list[bool], list[str]]]:
         nonlocal pool
         if pool is None and bench.kind == "math":
-            pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S)
+            pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S, memory_mb=MATH_MEMORY_MB)
         texts = [[tok.decode(ids, skip_special_tokens=True) for ids in rs] for rs in responses]
         verdicts, _, _ = grade_responses(bench, problems, texts, pool=pool)
         return [([bool(v.correct) for v in vs], [v.verdict for v in vs]) for vs in verdicts]

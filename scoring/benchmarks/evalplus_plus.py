@@ -28,6 +28,7 @@ HumanEvalPlus.jsonl[.gz]`` / ``code/mbpp_plus/MbppPlus.jsonl[.gz]``, else EvalPl
 from __future__ import annotations
 
 import atexit
+import json
 import multiprocessing
 import os
 import threading
@@ -38,7 +39,7 @@ from scoring.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_comp
 from scoring.code import extract_code, program_packages, short_repr, verdict_of_status
 from scoring.limits import CODE_LIMITS
 from scoring.pool import WorkerPool, apply
-from scoring.sandbox import decode_tagged, encode_tagged, run_harness
+from scoring.sandbox import DEFAULT_MAX_OUTPUT, Opaque, decode_tagged, encode_tagged, run_harness
 
 __all__ = ["HUMANEVAL_PLUS", "MBPP_PLUS", "PLUS_VERSION", "load_plus_humaneval", "load_plus_mbpp", "grade_plus",
            "expected_outputs", "describe_plus", "GroundTruthError"]
@@ -181,11 +182,44 @@ _PLUS_PREIMPORT = ("copy", "contextlib", "faulthandler", "io", "platform", "sign
                    "subprocess", "resource", "time")
 
 
+def _json_size(x) -> int:
+    """About the bytes of ``x`` (tagged JSON data) as a record: integers by their bit length (never converted, they
+    may pass Python's str conversion limit), strings as JSON writes them."""
+    if isinstance(x, bool) or x is None:
+        return 5
+    if isinstance(x, int):
+        return x.bit_length() * 30103 // 100000 + 2
+    if isinstance(x, float):
+        return 24
+    if isinstance(x, str):
+        return len(json.dumps(x))
+    if isinstance(x, list):
+        return 2 + sum(_json_size(v) + 2 for v in x)
+    if isinstance(x, dict):
+        return 2 + sum(_json_size(k) + _json_size(v) + 4 for k, v in x.items())
+    return 32
+
+
+def _opaque(x) -> Opaque | None:
+    """The first ``Opaque`` in a decoded value (containers, dict keys and values), or None."""
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Opaque):
+            return v
+        if isinstance(v, dict):
+            stack += [*v.keys(), *v.values()]
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack += list(v)
+    return None
+
+
 def expected_outputs(problem: Problem) -> dict:
-    """``{"base": [...], "base_time": [...], "plus": [...], "plus_time": [...]}``: the canonical solution's outputs
-    and times, computed like EvalPlus's ``get_groundtruth`` (its ``trusted_exec``: a deepcopy of each input, timed;
-    MBPP+'s output-not-None tasks keep ``out is not None``), but inside the sandbox, once per problem.
-    Raises ``GroundTruthError`` (cached too) when the canonical solution fails."""
+    """``{"base": [...], "base_time": [...], "base_bytes": [...], "plus": ..., "plus_time": ..., "plus_bytes": ...}``:
+    the canonical solution's outputs, times and record sizes, computed like EvalPlus's ``get_groundtruth`` (its
+    ``trusted_exec``: a deepcopy of each input, timed; MBPP+'s output-not-None tasks keep ``out is not None``), but
+    inside the sandbox, once per problem. Raises ``GroundTruthError`` (cached too) when the canonical solution fails,
+    or returns a value the sandbox does not carry (an ``Opaque``, equal to nothing: no candidate could pass)."""
     g = problem.gold
     key = (problem.id, hash((g["canonical"], repr(g["base_input"])[:1000], len(g["plus_input"]))))
     with _EXPECTED_LOCK:
@@ -215,6 +249,12 @@ def expected_outputs(problem: Problem) -> dict:
             break
         out[part] = [decode_tagged(x["v"]) for x in recs]
         out[f"{part}_time"] = [float(x["t"]) for x in recs]
+        out[f"{part}_bytes"] = [_json_size(x["v"]) for x in recs]
+        k, opaque = next(((k, o) for k, o in enumerate(map(_opaque, out[part])) if o is not None), (0, None))
+        if opaque is not None:
+            error = GroundTruthError(f"{problem.id}: the canonical solution returned a {opaque.type_name} on {part} "
+                                     f"input {k + 1} of {n}, a type the sandbox does not carry: no value can equal it")
+            break
     with _EXPECTED_LOCK:
         _EXPECTED[key] = error if error is not None else out
     if error is not None:
@@ -269,8 +309,12 @@ _CHECK_LOCK = threading.Lock()
 
 def _check(*args) -> tuple[str, list[bool]]:
     """Run ``_replay_check`` in a small worker process (forkserver: the replay forks, and a grader process holding
-    a model and threads must not be forked); one check at a time through the shared pool."""
+    a model and threads must not be forked); one check at a time through the shared pool. In a grading pool's
+    worker (a daemon process: it may not start a pool, and it is single-threaded and holds no model) the replay
+    runs right there, under that pool's hard limit."""
     global _CHECK_POOL
+    if multiprocessing.current_process().daemon:
+        return _replay_check(*args)
     with _CHECK_LOCK:
         if _CHECK_POOL is None:
             _CHECK_POOL = WorkerPool(apply, workers=1, timeout=CODE_LIMITS.evalplus_task_s + 30,
@@ -303,11 +347,19 @@ def _plus_part(program: str, problem: Problem, part: str, expected: dict) -> Ver
         return None
     limits, overall = _limits(times)
     packages, preimport = program_packages(program)
-    [r] = run_harness(program, [{"inputs": encode_tagged(inputs), "limits": limits}], harness="evalplus",
+    tagged = encode_tagged(inputs)
+    # the records' cap, sized from the gold as LiveCodeBench's is: per input twice the gold and the input (a function
+    # may return its input) plus 4 KiB, at least 1 MiB; past it the record is output_limit, a wrong answer
+    cap = max(DEFAULT_MAX_OUTPUT, sum(2 * (size + _json_size(inp)) + 4096
+                                      for size, inp in zip(expected[f"{part}_bytes"], tagged)))
+    [r] = run_harness(program, [{"inputs": tagged, "limits": limits}], harness="evalplus",
                       fn_name=g["entry_point"], options={"max_memory_bytes": CODE_LIMITS.evalplus_memory_mb << 20},
-                      timeout_s=overall, memory_mb=CODE_LIMITS.evalplus_memory_mb, max_output_bytes=1 << 30,
+                      timeout_s=overall, memory_mb=CODE_LIMITS.evalplus_memory_mb, max_output_bytes=cap,
                       packages=packages, preimport=(*_PLUS_PREIMPORT, *preimport), load_files=_harness_files())
-    recs = r.value if r.value_ok else []
+    if not r.value_ok:   # records the program's process wrote that do not read (too deep, too long a number...)
+        name = "runtime_error" if r.status == "ok" else verdict_of_status(r.status)
+        return Verdict(False, name, None, f"{part} input 1/{n}: {name}: {r.detail}")
+    recs = r.value
     outputs: list = []
     for i, rec in enumerate(recs):
         if rec.get("i") != i or rec.get("s") not in ("ok", *_RECORD_VERDICT):

@@ -9,7 +9,8 @@ training gives exactly the scores ``python -m eval.run --model <that checkpoint>
   problem id and j, so the samples do not depend on chunking, on how many engines or ranks share the problems, or on
   which process draws them;
 - ``grade_responses``: the batch grading of a benchmark's responses (``scoring.grading.grade_batch``: math-verify in
-  a process pool with its hard per-item limit plus the Qwen-style cross-check, code on threads, tasks inline);
+  a process pool with its hard per-item limit plus the Qwen-style cross-check, code in worker processes with a hard
+  per-sample limit, ``CODE_GRADE_TIMEOUT_S``, tasks inline);
 - ``graded_counts`` and ``scores``: samples a grader could not grade (``UNGRADED_VERDICTS``) are counted and left
   out, never scored; avg@n and pass@k over what is left (``contracts.passk``).
 
@@ -18,6 +19,8 @@ No torch and no file IO here: the callers generate, write and log.
 
 from __future__ import annotations
 
+import atexit
+import threading
 import zlib
 from typing import Sequence
 
@@ -28,13 +31,20 @@ from contracts.sampling import TOP_K_OFF, resolve_top_k
 from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem, Verdict
 from scoring.grading import grade_batch
 from scoring.math import extract_answer
-from scoring.pool import apply, qwen_verdict
+from scoring.pool import WorkerPool, apply, qwen_verdict
 from scoring.templates import render_prompt
 
-__all__ = ["GENERATION_KEYS", "SAMPLE_KEYS", "generation_settings", "encode_prompts", "sample_seed",
-           "grade_responses", "graded_indices", "graded_row", "graded_counts", "scores"]
+__all__ = ["CODE_GRADE_TIMEOUT_S", "GENERATION_KEYS", "SAMPLE_KEYS", "generation_settings", "encode_prompts",
+           "sample_seed", "grade_responses", "graded_indices", "graded_row", "graded_counts", "scores"]
 
 GENERATION_KEYS = ("n", "temperature", "top_p", "top_k", "max_tokens")
+
+# The hard limit on grading one code response, a backstop: the sandbox limits each program itself, and the grader's
+# own work on what a program wrote is bounded (scoring.sandbox.host.parse_json, protocol.decode_tagged); this limit
+# catches whatever is left (a grader bug, a sandbox that never returns), so a sample can be ungraded but nothing
+# hangs. It sits above the longest legitimate grade: EvalPlus ~900 s (its canonical solution's 600 s, then two
+# parts and two checks of ~60 s each), LiveCodeBench (6 + 1) s x tests + 22 s, i.e. up to ~500 tests.
+CODE_GRADE_TIMEOUT_S = 3600.0
 
 
 def generation_settings(bench: Benchmark, *, n: int | None = None, temperature: float | None = None,
@@ -64,19 +74,27 @@ def sample_seed(seed: int, bench_name: str, problem_id: str, j: int) -> int:
 
 
 def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Sequence[Sequence[str]], *,
-                    pool=None, progress: bool = False) -> tuple[list[list[Verdict]], list[list[bool]] | None, int]:
+                    pool=None, progress: bool = False, code_timeout_s: float = CODE_GRADE_TIMEOUT_S
+                    ) -> tuple[list[list[Verdict]], list[list[bool]] | None, int]:
     """Verdicts per problem and sample; for math also the Qwen-style verdicts and the number of timeouts.
 
     One ``scoring.grading.grade_batch`` call per batch: math in ``pool`` (a ``scoring.pool.WorkerPool(apply)``
     with the hard per-item timeout; one with ``GRADE_TIMEOUT_S`` is made and closed when None), the score and the
-    cross-check of every sample in one pass; code on threads; task rewards in this process. A grader's failure is
-    already the sample's ``timeout`` / ``grader_error`` verdict there; a failed cross-check counts as not correct.
+    cross-check of every sample in one pass; code in a pool of worker processes kept between batches, each sample
+    killed past ``code_timeout_s`` (its ``timeout``: a grader that cannot finish never hangs the run, and a thread
+    could not be stopped); task rewards in this process. A grader's failure is already the sample's ``timeout`` /
+    ``grader_error`` verdict there; a failed cross-check counts as not correct.
     """
     sizes = [len(rs) for rs in responses]
-    if bench.kind in ("task", "code"):
-        items = [(r, p) for p, rs in zip(problems, responses) for r in rs]
-        flat = grade_batch(bench.grade, items, mode="inline" if bench.kind == "task" else "thread",
+    if bench.kind == "task":
+        flat = grade_batch(bench.grade, [(r, p) for p, rs in zip(problems, responses) for r in rs], mode="inline",
                            progress=progress, desc=f"grade {bench.name}")
+        return _per_problem(flat, sizes), None, 0
+    if bench.kind == "code":
+        items = [(bench.grade, r, p) for p, rs in zip(problems, responses) for r in rs]
+        with _CODE_LOCK:
+            flat = grade_batch(apply, items, mode="process", pool=_code_pool(code_timeout_s), progress=progress,
+                               desc=f"grade {bench.name}")
         return _per_problem(flat, sizes), None, 0
     items = []
     for p, rs in zip(problems, responses):
@@ -89,6 +107,22 @@ def grade_responses(bench: Benchmark, problems: Sequence[Problem], responses: Se
     verdicts = got[0::2]
     timeouts = sum(v.verdict == "timeout" for v in verdicts)
     return _per_problem(verdicts, sizes), _per_problem([bool(v.correct) for v in got[1::2]], sizes), timeouts
+
+
+_CODE_POOL: WorkerPool | None = None
+_CODE_LOCK = threading.Lock()   # one batch at a time through the shared pool
+
+
+def _code_pool(timeout_s: float) -> WorkerPool:
+    """The code graders' pool, kept between batches (its workers keep their caches: EvalPlus's expected outputs, the
+    sandbox's probe); made again when the limit changes; closed at exit."""
+    global _CODE_POOL
+    if _CODE_POOL is None or _CODE_POOL.timeout != float(timeout_s):
+        if _CODE_POOL is not None:
+            _CODE_POOL.close()
+        _CODE_POOL = WorkerPool(apply, timeout=timeout_s)
+        atexit.register(_CODE_POOL.close)
+    return _CODE_POOL
 
 
 def _per_problem(flat: list, sizes: list[int]) -> list[list]:

@@ -12,9 +12,10 @@ Isolation, per sandbox call (one call runs one program on one or more test cases
                   /dev/null|zero|urandom|random and /etc/ld.so.cache, nothing else of the host (no /work, /home,
                   /root, no data files, no /proc); tmpfs mounts as working directory (/sandbox), /tmp and
                   /dev/shm; chroot into it
-                  └── one fresh fork per test case (emptied /sandbox, /tmp, /dev/shm): setgroups([]), uid 65534,
-                        no_new_privs, rlimits CPU/AS/FSIZE/NOFILE/NPROC/CORE, an environment of PATH, LANG,
-                        LC_ALL, HOME, TMPDIR only; runs the program in-process as ``__main__``
+                  └── one fresh fork per test case (emptied /sandbox, /tmp, /dev/shm): setgroups([]), the call's
+                        own uid (gid 65534), no_new_privs, rlimits CPU/AS/FSIZE/NOFILE/NPROC/CORE, an environment
+                        of PATH, LANG, LC_ALL, HOME, TMPDIR only, then the seccomp filter; runs the program
+                        in-process as ``__main__``
 
 - A fresh interpreter per call, never ``exec`` in the grader; every case of the call is a fork of the runner
   taken before any program code ran (so no state leaks between cases), which costs ~1 ms instead of a new
@@ -25,16 +26,29 @@ Isolation, per sandbox call (one call runs one program on one or more test cases
   If the grader kills the whole call (a watchdog, or it stops at the first failing case), unshare dies, the
   runner gets SIGKILL from ``--kill-child`` (it stays root, so that parent-death signal is never cleared), and
   the kernel kills the rest of the namespace.
-- Fork bombs: ``RLIMIT_NPROC`` stops them; it is enforced because programs are not root. It counts every
-  uid-65534 process and thread on the machine, so it is set to ``nproc`` (default 32) plus the number of calls
-  this grader process has in flight (each holds one uid-65534 case process): a program may start ~``nproc``
-  threads or processes however many calls run at once (another grader process on the same machine still shares
-  the count). The time limit ends them. Memory is limited per process (``RLIMIT_AS``), so a
+- A uid per call: the kernel keeps some limits and state per uid, machine-wide (``RLIMIT_NPROC``'s count, signal
+  queues, inotify instances, POSIX message queue bytes), so each call runs its programs as a uid no other call on
+  the machine has while it runs: the first free one of ``DEFAULT_UIDS`` (200000-201023;
+  ``THINKING_SEEDS_SANDBOX_UIDS=FIRST-LAST`` for others), claimed with a lock file under
+  ``/run/thinking-seeds-sandbox/`` (the temp folder's without /run) that every grader process shares (containers
+  on one machine share its uids but not their /run: give each container a range of its own). With one
+  shared uid, a sample holding its process slots made two concurrently graded correct programs fail ("can't start
+  new thread"): in GRPO a rollout could lower its siblings' rewards.
+- Fork bombs: ``RLIMIT_NPROC`` stops them; it is enforced because programs are not root. It counts the call's own
+  processes and threads (its uid's), the case process included, so it is ``nproc`` (default 32) however many calls
+  run at once. The time limit ends them. Memory is limited per process (``RLIMIT_AS``), so a
   fork bomb that also allocates is bounded by ``nproc * memory_mb``, not by ``memory_mb``: a per-call memory
   cgroup would bound the total, but attaching a process to a cgroup waits for an RCU grace period (measured
   ~10-12 ms per call here, doubling the overhead), so cgroups are only the fallback below.
   Without a PID namespace, a per-call pids cgroup (v1 ``pids`` or v2, ``pids.max = nproc + 2``) caps the call
   and is how the grader finds and kills what the program left behind.
+- System calls (``syscall_filter``): a seccomp filter the grader builds, installed in the case process after the
+  privilege drop and right before the program runs, denies with EPERM what a test program has no use for: the keyrings (a uid's
+  keyring outlives the call: a correct sample stored its answers there and a later sample that computed nothing
+  read them), io_uring, userfaultfd, bpf, perf_event_open, memfd_create (memory outside ``RLIMIT_AS``), ptrace and
+  process_vm_readv/writev, unshare, setns and clone with ``CLONE_NEW*``, the mount calls, modules and kexec;
+  ``clone3`` answers ENOSYS (glibc falls back to clone). A system call of another ABI kills the process; on a
+  machine the filter has no table for every call raises ``SandboxError``.
 - Output: stdout and the function result go to memory files capped by ``RLIMIT_FSIZE`` at
   ``max_output_bytes + 1``: a program printing forever is stopped at once (Python gets EFBIG, other programs
   SIGXFSZ) and the status is ``output_limit``. stderr is a pipe the runner drains while the case runs: the first
@@ -57,11 +71,17 @@ Isolation, per sandbox call (one call runs one program on one or more test cases
 - Packages: ``packages=("numpy",)`` shows an installed package to programs, read-only in the jail (only its own
   folder and a wheel's ``<name>.libs``); ``preimport`` imports it once in the runner before the cases fork.
 
-What is available is probed once per process (``isolation()``). Without root or without ``unshare`` the sandbox
-warns once (``RuntimeWarning``), sets ``RunResult.isolated = False`` and still applies everything else it can
-(rlimits, a temporary working directory, a minimal environment, uid 65534 when root and the standard library is
-readable by it, the pids cgroup when writable). ``THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION=1`` (or
-``require_isolation=True``) turns that into an error.
+What is available is probed once per process (``isolation()``). Fail closed: without root or without ``unshare``
+(no namespaces, no jail: programs could read the grader's files, its tokens, a gold file, and signal the trainer)
+every call raises ``SandboxError``, one line saying what is missing and naming ``--allow-unisolated``, unless the
+user allows it: ``--allow-unisolated`` on ``eval.run`` and ``tsanalysis relay``, ``allow_unisolated=true`` in a
+trainer config. Those commands and the trainer's launch checks call ``check_isolation(allow_unisolated=...)``
+before any model loads (a refusal is exit 2); allowing sets ``THINKING_SEEDS_SANDBOX_ALLOW_UNISOLATED=1``, which grading workers inherit
+(``require_isolation=False`` allows one call). An allowed call warns (``RuntimeWarning``), sets
+``RunResult.isolated = False`` and still applies everything else it can (rlimits, the seccomp filter, a temporary
+working directory, a minimal environment, the call's own uid when root and the standard library is readable by
+others, the pids cgroup when writable). ``THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION=1`` (or
+``require_isolation=True``) refuses even then.
 
 Status of a case (``RunResult.status``): ``ok`` (exit 0), ``runtime_error`` (non-zero exit, uncaught exception,
 any signal other than the ones below), ``time_limit`` (wall deadline, SIGXCPU or the hard CPU limit's SIGKILL),
@@ -69,13 +89,16 @@ any signal other than the ones below), ``time_limit`` (wall deadline, SIGXCPU or
 
 Modules (one role each):
 
-- ``host``: the grader's side (this process): probing (``isolation``), ``run_program`` / ``run_function`` /
-  ``run_cases`` / ``run_harness`` / ``run_many``, launching the runner and reading its reports.
+- ``host``: the grader's side (this process): probing (``isolation``, ``check_isolation``), ``run_program`` /
+  ``run_function`` / ``run_cases`` / ``run_harness`` / ``run_many``, claiming each call's uid, launching the runner
+  and reading its reports.
 - ``runner``: the trusted runner inside the jail (``python -I -S -B runner.py``): the jail, the case processes,
   the program run as ``__main__`` or called (function, calls modes).
 - ``harness_lcb``, ``harness_evalplus`` (with ``records``, what they share): the reference graders' harnesses,
   all of a problem's tests in one case process.
 - ``epilogue``: the trusted code a test mode runs after the program (token, strict comparison, tamper check).
+- ``syscall_filter``: the case processes' seccomp filter (classic BPF, no libseccomp): the tables and the program,
+  built here and installed by the runner.
 - ``protocol``: what both sides agree on (exit codes, jail paths, the harness names, the tagged values
   ``encode_tagged`` / ``decode_tagged``), standard library only.
 
@@ -84,11 +107,12 @@ siblings as top-level modules from this folder; ``runner.py`` says how); this ``
 public API.
 """
 
-from scoring.sandbox.host import (CASE_GRACE_S, DEFAULT_MAX_OUTPUT, DEFAULT_NPROC, SETUP_GRACE_S, Isolation,
-                                  RunResult, SandboxError, isolation, parse_json, run_cases, run_function,
-                                  run_harness, run_many, run_program)
+from scoring.sandbox.host import (ALLOW_UNISOLATED_ENV, CASE_GRACE_S, DEFAULT_MAX_OUTPUT, DEFAULT_NPROC,
+                                  SETUP_GRACE_S, Isolation, RunResult, SandboxError, check_isolation, isolation,
+                                  parse_json, run_cases, run_function, run_harness, run_many, run_program)
 from scoring.sandbox.protocol import HARNESS_MODES, CallException, Opaque, decode_tagged, encode_tagged
 
-__all__ = ["CASE_GRACE_S", "DEFAULT_MAX_OUTPUT", "DEFAULT_NPROC", "SETUP_GRACE_S", "SandboxError", "Isolation",
-           "RunResult", "isolation", "run_program", "run_function", "run_cases", "run_many", "run_harness",
-           "HARNESS_MODES", "parse_json", "decode_tagged", "encode_tagged", "Opaque", "CallException"]
+__all__ = ["ALLOW_UNISOLATED_ENV", "CASE_GRACE_S", "DEFAULT_MAX_OUTPUT", "DEFAULT_NPROC", "SETUP_GRACE_S",
+           "SandboxError", "Isolation", "RunResult", "isolation", "check_isolation", "run_program", "run_function",
+           "run_cases", "run_many", "run_harness", "HARNESS_MODES", "parse_json", "decode_tagged", "encode_tagged",
+           "Opaque", "CallException"]

@@ -1,5 +1,6 @@
-"""The grader's side of the sandbox: probe what isolation this machine gives, launch the trusted runner
-(``runner.py``) for each call, read its reports into ``RunResult`` and clean up whatever the call left.
+"""The grader's side of the sandbox: probe what isolation this machine gives (and refuse to run without it unless
+the user allowed that), claim a uid of its own for each call, launch the trusted runner (``runner.py``) for it,
+read its reports into ``RunResult`` and clean up whatever the call left.
 
 ``scoring.sandbox`` (the package docstring) describes the isolation; ``protocol`` holds what this side and the
 runner agree on (exit codes, jail paths, the tagged values).
@@ -8,13 +9,17 @@ runner agree on (exit codes, jail paths, the tagged values).
 from __future__ import annotations
 
 import ast
+import fcntl
 import importlib.util
 import json
 import marshal
 import os
+import re
 import selectors
 import shutil
 import signal
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -23,19 +28,23 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from scoring.sandbox import syscall_filter
 from scoring.sandbox.protocol import HARNESS_MODES, MEMORY_EXIT, TEST_MODES, decode_tagged, jail_path
 
-__all__ = ["SandboxError", "Isolation", "RunResult", "isolation", "run_program", "run_function", "run_cases",
-           "run_many", "run_harness", "parse_json"]
+__all__ = ["SandboxError", "Isolation", "RunResult", "isolation", "check_isolation", "run_program", "run_function",
+           "run_cases", "run_many", "run_harness", "parse_json"]
 
 CHILD = str(Path(__file__).with_name("runner.py"))   # the trusted runner, run as ``python -I -S -B CHILD ...``
-SANDBOX_UID = SANDBOX_GID = 65534     # "nobody"
+SANDBOX_GID = 65534                   # "nogroup": the group of every call's programs
+DEFAULT_UIDS = range(200000, 201024)  # the uids calls claim, one each while it runs (``_claim_uid``)
+UIDS_ENV = "THINKING_SEEDS_SANDBOX_UIDS"   # FIRST-LAST: other uids (none a user or a service of the machine has)
+ALLOW_UNISOLATED_ENV = "THINKING_SEEDS_SANDBOX_ALLOW_UNISOLATED"   # 1: the user's --allow-unisolated
+REQUIRE_ISOLATION_ENV = "THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION"  # 1: refuse even when allowed (the old switch)
 DEFAULT_MAX_OUTPUT = 1 << 20          # 1 MiB per stream
-DEFAULT_NPROC = 32                    # RLIMIT_NPROC of uid 65534 (machine-wide: concurrent calls share it)
+DEFAULT_NPROC = 32                    # RLIMIT_NPROC: processes and threads of one call (its uid is its own)
 SETUP_GRACE_S = 15.0                  # generous: start-up under a loaded machine; the runner enforces case limits
 CASE_GRACE_S = 2.0
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -49,13 +58,13 @@ class SandboxError(RuntimeError):
 @dataclass(frozen=True)
 class Isolation:
     namespaces: bool        # new net/pid/mount/ipc/uts namespaces and the chroot jail
-    uid: int | None         # the uid programs run as; None: the grader's own uid (not root)
+    uids: range | None      # the uids programs run as, one claimed per call; None: the grader's own uid (not root)
     cgroup: str | None      # the pids cgroup under which each call gets its own group; None: unavailable
     reason: str             # what is missing and why ("" when fully isolated)
 
     @property
     def full(self) -> bool:
-        return self.namespaces and self.uid is not None
+        return self.namespaces and self.uids is not None
 
 
 @dataclass
@@ -87,8 +96,12 @@ _ISOLATION: Isolation | None = None
 _PROBE_LOCK = threading.Lock()
 _JAIL: dict | None = None
 _CALLS = 0
-_IN_FLIGHT = 0
 _CALLS_LOCK = threading.Lock()
+_UID_LOCK_DIRS = ("/run/thinking-seeds-sandbox", os.path.join(tempfile.gettempdir(), "thinking-seeds-sandbox"))
+_UID_LOCK_DIR: str | None = None
+_UIDS_HELD: dict[int, int] = {}    # uid -> the descriptor of its locked lock file, for this process's calls
+_UIDS_LOCK = threading.Lock()
+_FILTER: bytes | None = None      # the case processes' seccomp filter (``syscall_filter.program``), built once
 
 
 def _jail_layout(extra_dirs: Sequence[str] = (), extra_files: Sequence[str] = ()) -> dict:
@@ -183,25 +196,23 @@ def isolation(*, refresh: bool = False) -> Isolation:
             reasons.append("the unshare command is missing (util-linux)")
         else:
             _JAIL = _jail_layout()
-            candidate = Isolation(True, SANDBOX_UID, cgroup, "")
+            candidate = Isolation(True, _uid_range(), cgroup, "")
             err = _probe(candidate)
             if err is None:
                 iso = candidate
             else:
                 reasons.append(f"namespaces/jail unavailable: {err}")
         if iso is None:
-            uid = SANDBOX_UID if os.geteuid() == 0 and _stdlib_world_readable() else None
-            if os.geteuid() == 0 and uid is None:
-                reasons.append("the standard library is not readable by uid 65534 outside the jail, so programs "
-                               "run AS ROOT (set THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION=1 to refuse instead)")
-            iso = Isolation(False, uid, cgroup, "; ".join(reasons))
+            uids = _uid_range() if os.geteuid() == 0 and _stdlib_world_readable() else None
+            if os.geteuid() == 0 and uids is None:
+                reasons.append("the standard library is not readable by other users outside the jail, so programs "
+                               "run AS ROOT")
+            iso = Isolation(False, uids, cgroup, "; ".join(reasons))
             err = _probe(iso)
             if err is not None:
                 raise SandboxError(f"the sandbox cannot run even a trivial program: {err}")
-            warnings.warn(f"code sandbox is degraded ({iso.reason}); hostile programs are less contained",
-                          RuntimeWarning, stacklevel=3)
         elif reasons:
-            iso = Isolation(iso.namespaces, iso.uid, iso.cgroup, "; ".join(reasons))
+            iso = Isolation(iso.namespaces, iso.uids, iso.cgroup, "; ".join(reasons))
         _ISOLATION = iso
         return iso
 
@@ -218,12 +229,38 @@ def _probe(iso: Isolation) -> str | None:
     return None
 
 
+def check_isolation(*, allow_unisolated: bool = False) -> Isolation:
+    """Fail closed before any work: this machine's isolation, or a ``SandboxError`` of one line saying what is
+    missing and naming ``--allow-unisolated``, where it is not full and the user did not allow that. Every sandbox
+    call makes the same check; a command that will grade code makes it first, so it stops before a model loads.
+
+    ``allow_unisolated=True`` is the user's ``--allow-unisolated`` (``allow_unisolated=true``): from then on this
+    process, and every process it starts (grading workers), runs programs without full isolation, with a warning.
+    It is recorded as ``ALLOW_UNISOLATED_ENV=1`` in the environment, which the workers inherit."""
+    if allow_unisolated:
+        os.environ[ALLOW_UNISOLATED_ENV] = "1"
+    return _require(None)
+
+
 def _require(require_isolation: bool | None) -> Isolation:
+    """The isolation to run with: the machine's when full; otherwise a refusal, unless unisolated runs are allowed
+    (``require_isolation=False``; by default ``ALLOW_UNISOLATED_ENV=1`` without ``REQUIRE_ISOLATION_ENV=1``), which
+    warns."""
     iso = isolation()
+    if iso.full:
+        return iso
     if require_isolation is None:
-        require_isolation = os.environ.get("THINKING_SEEDS_SANDBOX_REQUIRE_ISOLATION", "") not in ("", "0")
-    if require_isolation and not iso.full:
-        raise SandboxError(f"full isolation required but unavailable: {iso.reason}")
+        require_isolation = (os.environ.get(ALLOW_UNISOLATED_ENV, "") in ("", "0")
+                             or os.environ.get(REQUIRE_ISOLATION_ENV, "") not in ("", "0"))
+    reason = " ".join(iso.reason.split())
+    reason = reason if len(reason) <= 300 else reason[:297] + "..."
+    if require_isolation:
+        raise SandboxError(f"code grading needs the full sandbox, which this machine does not give ({reason}); run "
+                           f"as root with util-linux's unshare, or pass --allow-unisolated (allow_unisolated=true in "
+                           f"a trainer config, {ALLOW_UNISOLATED_ENV}=1 in the environment) to run model-written "
+                           f"programs with less containment")
+    warnings.warn(f"code sandbox NOT fully isolated ({reason}): model-written programs run with less containment "
+                  f"(--allow-unisolated)", RuntimeWarning, stacklevel=3)
     return iso
 
 
@@ -425,6 +462,100 @@ def _drop_cgroup(path: str | None) -> None:
     warnings.warn(f"could not remove sandbox cgroup {path}", RuntimeWarning)
 
 
+def _syscall_filter() -> bytes:
+    """The seccomp filter for this machine (fail closed: a machine without a table runs no program)."""
+    global _FILTER
+    if _FILTER is None:
+        try:
+            _FILTER = syscall_filter.program(os.uname().machine, pointer_bytes=struct.calcsize("P"))
+        except ValueError as e:
+            raise SandboxError(str(e)) from None
+    return _FILTER
+
+
+def _uid_range() -> range:
+    """The uids calls claim: ``UIDS_ENV`` (FIRST-LAST) or ``DEFAULT_UIDS``; as many calls as it holds run at once
+    on the machine, more wait."""
+    text = os.environ.get(UIDS_ENV, "").strip()
+    if not text:
+        return DEFAULT_UIDS
+    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    if m is None or not 0 < int(m[1]) <= int(m[2]) < 2 ** 32 - 1:
+        raise SandboxError(f"{UIDS_ENV}={text!r}: give FIRST-LAST (e.g. 200000-201023), uids above 0 that no user or "
+                           f"service of this machine has")
+    return range(int(m[1]), int(m[2]) + 1)
+
+
+def _uid_lock_dir() -> str:
+    """The folder of the uids' lock files, which every grader process on the machine shares: /run's, else the
+    temp folder's; owned by this user and writable by no one else (another user's lock would hold a uid)."""
+    global _UID_LOCK_DIR
+    if _UID_LOCK_DIR is None:
+        for d in _UID_LOCK_DIRS:
+            try:
+                if not os.path.isdir(os.path.dirname(d)):
+                    continue
+                os.makedirs(d, mode=0o700, exist_ok=True)
+                st = os.lstat(d)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+                _UID_LOCK_DIR = d
+                break
+        else:
+            raise SandboxError(f"no folder for the sandbox's uid locks: make {' or '.join(_UID_LOCK_DIRS)} a folder "
+                               f"of uid {os.geteuid()} that no one else may write")
+    return _UID_LOCK_DIR
+
+
+def _claim_uid(uids: range) -> int:
+    """A uid no other call on the machine runs as: the first of ``uids`` that no thread of this process holds and
+    whose lock file (``_uid_lock_dir``) this process can lock, held until ``_release_uid``. Waits while all are
+    taken. POSIX record locks, not flock: a child forked meanwhile (a grading worker) inherits none, so a claim
+    never outlives its call."""
+    folder = _uid_lock_dir()
+    deadline = time.monotonic() + SETUP_GRACE_S
+    while True:
+        # one claim at a time in this process: a POSIX lock is the process's, and closing any descriptor of the file
+        # would drop the lock another thread holds, so a held uid's file is never opened again here
+        with _UIDS_LOCK:
+            for uid in uids:
+                if uid in _UIDS_HELD:
+                    continue
+                fd = os.open(os.path.join(folder, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600)
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:   # another grader process's call holds it
+                    os.close(fd)
+                    continue
+                _UIDS_HELD[uid] = fd
+                return uid
+        if time.monotonic() > deadline:
+            raise SandboxError(f"all {len(uids)} sandbox uids ({uids[0]}-{uids[-1]}) stayed in use for "
+                               f"{SETUP_GRACE_S:g} s; give more with {UIDS_ENV}=FIRST-LAST")
+        time.sleep(0.01)
+
+
+def _release_uid(uid: int) -> None:
+    with _UIDS_LOCK:
+        os.close(_UIDS_HELD.pop(uid))   # drops the lock
+
+
+def _forget_uids() -> None:
+    """In a forked child: it holds none of its parent's uids (POSIX locks are not inherited)."""
+    global _UIDS_LOCK, _UIDS_HELD
+    for fd in _UIDS_HELD.values():
+        try:
+            os.close(fd)   # the parent's locks stay: only the owner's own close drops them
+        except OSError:
+            pass
+    _UIDS_LOCK, _UIDS_HELD = threading.Lock(), {}
+
+
+os.register_at_fork(after_in_child=_forget_uids)
+
+
 def _memfd(data: bytes) -> int:
     fd = os.memfd_create("ts-sandbox-spec")
     view = memoryview(data)
@@ -478,29 +609,27 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         "timeout_s": float(timeout_s), "cpu_s": cpu_limit, "mem_bytes": int(memory_mb) << 20,
         "fsize_bytes": int(max_output_bytes) + 1, "nofile": 64, "nproc": int(nproc),
         "max_stdout": int(max_output_bytes), "max_stderr": int(max_output_bytes), "max_result": int(max_output_bytes),
-        "uid": iso.uid, "gid": SANDBOX_GID if iso.uid is not None else None,
+        "uid": None, "gid": SANDBOX_GID if iso.uids is not None else None,   # the uid: claimed below
         "cwd": "/sandbox", "disk_bytes": int(disk_mb) << 20,
         "jail": jail, "cgroup": None, "preimport": preimport,
         "pythonpath": [jail_path(x) for x in sys_path] if jail else sys_path,
         "harness": harness, "load_files": [[n, jail_path(x) if jail else x] for n, x in load_files],
         "int_max_str_digits": 50000,   # LiveCodeBench's evaluator sets the same
-        "watch": list(watch),
+        "watch": list(watch), "seccomp": _syscall_filter(),
     }
-    global _IN_FLIGHT
-    with _CALLS_LOCK:
-        _IN_FLIGHT += 1
-        spec["nproc"] = int(nproc) + _IN_FLIGHT
     spec_fd = status_r = status_w = ctl_r = ctl_w = None
     proc = workdir = cgroup = None
     results: list[RunResult] = []
     stopped = finished = False
-    case_pid = None
+    case_pid = uid = None
     sel = None
     try:
+        if iso.uids is not None:   # a uid of its own: RLIMIT_NPROC and the kernel's per-uid state are the call's
+            uid = spec["uid"] = _claim_uid(iso.uids)
         if not iso.namespaces:
             workdir = tempfile.mkdtemp(prefix="ts-sandbox-")
-            if iso.uid is not None:
-                os.chown(workdir, iso.uid, SANDBOX_GID)
+            if uid is not None:
+                os.chown(workdir, uid, SANDBOX_GID)
             spec["cwd"] = workdir
             # The PID namespace kills everything a case started; without it a per-call cgroup is how leftovers
             # are found and killed (with it, a cgroup would only add ~12 ms of attach time per call).
@@ -580,8 +709,6 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         finished = True
         return results
     finally:
-        with _CALLS_LOCK:
-            _IN_FLIGHT -= 1
         # Stop: closing the control pipe makes the runner kill everything it started and exit, and unshare exits
         # only once the namespace is empty, so nothing of the call outlives this function. A runner that does
         # not exit within a few seconds (or a failure) gets SIGKILL: the namespace dies with it.
@@ -602,6 +729,8 @@ def _execute(iso: Isolation, *, source, cases, mode, fn_name, prelude, timeout_s
         _drop_cgroup(cgroup)
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
+        if uid is not None:   # last: nothing of the call runs as it any more
+            _release_uid(uid)
 
 
 def _result(m: dict, mode: str, cpu_limit: int, iso: Isolation) -> RunResult:
@@ -653,11 +782,54 @@ def _tests_result(r: RunResult, m: dict) -> RunResult:
     return r
 
 
+# What a record may make the grader do: nest (json.loads and everything after it recurse once per level; a record
+# 1,000 deep raised RecursionError, a grader_error) and hold integers (str -> int is quadratic in Python 3.11).
+# EvalPlus's deepest gold is 21 levels as a tagged record (MBPP+, all canonical outputs), LiveCodeBench's golds 3.
+MAX_JSON_DEPTH = 100
+MAX_INT_DIGITS = 50000    # LiveCodeBench's sys.set_int_max_str_digits, the runner's ``int_max_str_digits``
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_SQUARE = str.maketrans("{}", "[]")
+
+
+def _nested_deeper(text: str, limit: int) -> bool:
+    """Does ``text`` nest deeper than ``limit``? Its brackets outside strings (in valid JSON the strings the pattern
+    takes out are json.loads's own), innermost pairs removed a level per pass: at most ``limit + 1`` passes of
+    ``str.replace``, no recursion. Unbalanced brackets (not JSON) count as too deep."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).translate(_SQUARE)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace("[]", "")
+    return bool(brackets)
+
+
+def _digits_to_int(s: str) -> int:
+    # halves under Python's 4,300-digit str -> int limit: O(n^1.6) (Karatsuba) where int(Decimal(s)) was quadratic
+    # (4,000,000 digits: minutes), and thread-safe, unlike raising the process-wide sys.set_int_max_str_digits
+    if len(s) <= 4000:
+        return int(s)
+    half = len(s) // 2
+    return _digits_to_int(s[:half]) * 10 ** (len(s) - half) + _digits_to_int(s[half:])
+
+
 def _big_int(s: str) -> int:
-    # json.loads would hit Python's 4300-digit str->int limit; Decimal has none, and LiveCodeBench allows 50000.
-    return int(s) if len(s) <= 4000 else int(Decimal(s))
+    """json.loads's integer literals (``-?digits``): up to ``MAX_INT_DIGITS`` digits, refused past that before any
+    arithmetic."""
+    digits = len(s) - s.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (LiveCodeBench's limit is {MAX_INT_DIGITS})")
+    if digits <= 4000:
+        return int(s)
+    return -_digits_to_int(s[1:]) if s.startswith("-") else _digits_to_int(s)
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads`` for gold and returned values: integers of any length, NaN/Infinity allowed."""
+    """``json.loads`` for gold and returned values: integers up to ``MAX_INT_DIGITS`` digits, NaN/Infinity allowed.
+
+    Bounded for what a program wrote: text nested deeper than ``MAX_JSON_DEPTH`` (told by ``_nested_deeper`` before
+    json.loads recurses into it) and an integer of more digits are ValueErrors, which every caller makes the
+    program's failure (never a grader_error), in time linear in the text (integers: O(n^1.6) in their digits)."""
+    if _nested_deeper(text, MAX_JSON_DEPTH):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return json.loads(text, parse_int=_big_int)

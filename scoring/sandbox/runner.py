@@ -9,8 +9,9 @@ runner kills the case and everything else in the namespace and exits.
 Process layout with namespaces (the grader runs ``unshare --net --pid --mount --ipc --uts --fork --kill-child``)::
 
     grader ── unshare (host) ── runner R: PID 1 of a new PID namespace, root, holds STATUS
-                                   └── case process P (one per test case): uid 65534, rlimits, chroot,
-                                       runs the program
+                                   └── case process P (one per test case): the call's uid, rlimits, chroot,
+                                       the seccomp filter the grader built (``syscall_filter``), runs the
+                                       program
 
 R stays root so that the kernel's parent-death signal (``--kill-child``) survives: when the grader kills unshare,
 R dies, and when PID 1 of a namespace dies the kernel kills every process in it (detached grandchildren too).
@@ -36,8 +37,8 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
-from protocol import HARNESS_MODES, MEMORY_EXIT, TEST_MODES, decode_tagged, encode_tagged, jail_path, jsonable  # noqa: E402
-import epilogue  # noqa: E402 (after the path)
+from protocol import (HARNESS_MODES, MEMORY_EXIT, TEST_MODES, decode_tagged, encode_tagged, jail_path,  # noqa: E402
+                      jsonable, trust_collections)
 sys.path.remove(_HERE)
 
 SIGKILL = 9
@@ -45,6 +46,7 @@ TOKEN_TAG = b"\x00token:"  # on the set-up pipe: the case's completion token (a 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 ROOT = "/tmp/r"            # the jail's root, on a tmpfs mounted over /tmp inside the private mount namespace
 # harness mode -> (module in this folder, function): imported by ``_load_harness`` for the calls that use one
 HARNESSES = {"lcb_stdin": ("harness_lcb", "lcb_stdin"), "lcb_call": ("harness_lcb", "lcb_call"),
@@ -52,10 +54,12 @@ HARNESSES = {"lcb_stdin": ("harness_lcb", "lcb_stdin"), "lcb_call": ("harness_lc
 assert tuple(HARNESSES) == HARNESS_MODES, "the runner's harnesses and protocol.HARNESS_MODES disagree"
 
 _libc = None
+_FILTER = None              # the case's seccomp filter as a ``struct sock_fprog`` (``_prepare_filter``)
 _PRELUDE = None
 _HARNESS = None             # the call's harness function (``_load_harness``), None for a plain program
 _RECORDS = None             # the ``records`` module, with the harness
 _PRELUDE_NS = None          # the namespace the prelude ran in (its helpers' globals): watched in ``assert`` mode
+epilogue = None             # the ``epilogue`` module, imported for a test mode's call only (``_load_epilogue``)
 # stdlib classes whose comparison a test may use (``epilogue.prepare``), when their module is loaded
 _TRUSTED_CLASSES = (("collections", ("Counter", "OrderedDict", "defaultdict", "deque", "UserDict", "UserList",
                                      "UserString", "ChainMap")), ("fractions", ("Fraction",)))
@@ -131,6 +135,29 @@ def _build_root(spec):
     os.chdir("/")
 
 
+def _prepare_filter(program):
+    """The case processes' seccomp filter, once per call: the grader's ``struct sock_filter[]`` bytes
+    (``syscall_filter.program``) in a ``struct sock_fprog`` for ``prctl``."""
+    global _libc, _FILTER
+    import ctypes
+    if _libc is None:   # without the jail: the handle no_new_privs and the filter need
+        _libc = ctypes.CDLL(None, use_errno=True)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    assert program and len(program) % 8 == 0, "a seccomp filter is whole 8-byte instructions"
+    _FILTER = SockFprog(len(program) // 8, program)   # the structure keeps the bytes alive
+
+
+def _install_filter():
+    """Install the filter on the case process (every thread and child it starts inherits it); needs no_new_privs."""
+    import ctypes
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_FILTER), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot install the seccomp filter: prctl(PR_SET_SECCOMP): {os.strerror(err)}")
+
+
 def _reset_dirs(spec):
     """Before every case: empty working directory, /tmp and /dev/shm with the owners and modes they started with.
 
@@ -204,8 +231,8 @@ def _case_process(spec, case, fds):
             os.setgroups([])
             os.setgid(spec["gid"])
             os.setuid(spec["uid"])
-        if _libc is not None:
-            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
         os.chdir(spec["cwd"])
         os.environ["HOME"] = spec["cwd"]
         os.environ["TMPDIR"] = "/tmp"
@@ -213,6 +240,7 @@ def _case_process(spec, case, fds):
         if spec["mode"] in TEST_MODES:   # drawn here, after the fork: the runner learns it, the program never does
             token = os.urandom(16).hex().encode()
             os.write(setup_fd, TOKEN_TAG + token)
+        _install_filter()   # last: from here on the system calls a test program has no use for are denied
     except BaseException as e:  # an infrastructure failure, reported on a pipe the program never holds
         try:
             os.write(setup_fd, f"{e!r}".encode()[:4000] or b"?")
@@ -356,6 +384,16 @@ def _call_function(spec, case, g):
     if isinstance(value, tuple):   # LiveCodeBench: a returned tuple counts as the list it holds
         value = list(value)
     _write_result(json.dumps(jsonable(value), allow_nan=True))
+
+
+def _load_epilogue():
+    """Import ``epilogue`` from this folder, before the jail hides it (a call of another mode never pays for it)."""
+    global epilogue
+    sys.path.insert(0, _HERE)
+    try:
+        epilogue = __import__("epilogue")
+    finally:
+        sys.path.remove(_HERE)
 
 
 def _load_harness(mode):
@@ -538,6 +576,8 @@ def main():
         os.close(spec_fd)
         if spec["mode"] in HARNESSES:
             _load_harness(spec["mode"])
+        if spec["mode"] in TEST_MODES:
+            _load_epilogue()
         in_pidns = os.getpid() == 1
         t0 = time.monotonic()
         if spec["cgroup"]:
@@ -546,6 +586,7 @@ def main():
         t1 = time.monotonic()
         if spec["jail"] is not None:
             _build_root(spec)
+        _prepare_filter(spec["seccomp"])
         t2 = time.monotonic()
         if spec["preimport"]:
             sys.path[:0] = [d for d in spec["pythonpath"] if d not in sys.path]   # trusted: the grader's packages
@@ -577,6 +618,7 @@ def main():
                     watched.append(__import__(name).__dict__)
                 except BaseException:
                     pass   # a test that imports a missing module fails there
+            trust_collections()   # a returned Counter / OrderedDict / defaultdict travels as itself (protocol)
             epilogue.prepare([getattr(sys.modules[m], c) for m, names in _TRUSTED_CLASSES if m in sys.modules
                               for c in names if hasattr(sys.modules[m], c)])
             epilogue.watch(watched + ([_PRELUDE_NS] if _PRELUDE_NS is not None else []))
