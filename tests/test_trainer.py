@@ -299,15 +299,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_ranks(worker: str, out) -> None:
+    """torchrun ``tests/<worker>`` on 2 gloo ranks, writing ``out``; it must exit 0."""
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}", OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", str(_free_port()), str(REPO / "tests" / worker), str(out)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 @pytest.mark.slow
 def test_gradient_invariant_to_world_size(tmp_path):
     single, _ = grads_for(5)
-    worker = REPO / "tests" / "dist_grad_worker.py"
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}", OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(_free_port()), str(worker), str(tmp_path / "grads.pt")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _two_ranks("dist_grad_worker.py", tmp_path / "grads.pt")
     double = torch.load(tmp_path / "grads.pt")
     assert single.keys() == double.keys()
     diff = max(float((single[k] - double[k]).abs().max()) for k in single)
@@ -329,12 +333,7 @@ def test_flat_forward_under_fsdp_on_two_ranks(tmp_path):
         logp, ent, mask = response_logprobs(ref_model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
                                             pad_id=tok.pad_token_id, device="cpu", forward="model")
     ref_grads, _ = grads_for(2, train_forward="model")
-    worker = REPO / "tests" / "flat_fsdp_worker.py"
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}", OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(_free_port()), str(worker), str(tmp_path / "flat.pt")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _two_ranks("flat_fsdp_worker.py", tmp_path / "flat.pt")
     got = torch.load(tmp_path / "flat.pt")
 
     def gap(a, b):

@@ -252,16 +252,22 @@ def _case_process(spec, case, fds):
     os._exit(_run_program(spec, case) if _HARNESS is None else _run_harness(_HARNESS, spec, case))
 
 
-def _run_program(spec, case):
-    """Run prelude + program as ``__main__`` (stdin mode) or call ``fn_name`` on one JSON-lines input (function
-    mode, result written as JSON to fd 3). Returns the exit status, like the interpreter would."""
+def _main_namespace(spec):
+    """The case process as the program will see it: its argv, path and int limit, and a fresh ``__main__`` module
+    whose namespace is returned."""
     sys.set_int_max_str_digits(spec["int_max_str_digits"])
     sys.argv = ["main.py"]
     sys.path[:0] = spec["pythonpath"]
     main = type(sys)("__main__")
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
-    g = main.__dict__
+    return main.__dict__
+
+
+def _run_program(spec, case):
+    """Run prelude + program as ``__main__`` (stdin mode) or call ``fn_name`` on one JSON-lines input (function
+    mode, result written as JSON to fd 3). Returns the exit status, like the interpreter would."""
+    g = _main_namespace(spec)
     rc = 0
     try:
         if _PRELUDE is not None:
@@ -312,13 +318,7 @@ def _run_tests(spec, case, token):
     data; ``assert``: test code), then the token. ``SystemExit`` is a failure; the program's hooks are never
     called. Returns the exit status."""
     import json
-    sys.set_int_max_str_digits(spec["int_max_str_digits"])
-    sys.argv = ["main.py"]
-    sys.path[:0] = spec["pythonpath"]
-    main = type(sys)("__main__")
-    main.__builtins__ = __builtins__
-    sys.modules["__main__"] = main
-    g = main.__dict__
+    g = _main_namespace(spec)
     try:
         if _PRELUDE is not None:
             g.update(_PRELUDE)
