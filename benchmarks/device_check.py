@@ -14,7 +14,7 @@ JSON is rewritten after every part, so a check stopped from outside keeps what i
    (``trainer.fsdp.shard_model``), gradient checkpointing on, and one log-prob forward + backward
    (``trainer.policy.response_logprobs``, the trainer's flat forward) over 8 rows of 1024 prompt + 3072 response
    tokens: the paper preset's micro-batch (``micro_batch_tokens: 32768``). The measured peak above the resident
-   weights and gradients is set against the plan of docs/gpu_memory.md (``benchmarks.gpu_plan``): checkpointed boundaries
+   weights and gradients is set against the plan of docs/gpu_memory.md (``trainer.plan``): checkpointed boundaries
    per layer, one layer recomputed in backward, the LM head's log-prob chunk. ``attention_backends``: the SDPA
    kernel each part of the flat attention got (``inference.flat.BACKENDS``: flash, efficient, cudnn or math).
 2. **fsdp**: the same probe through the path the multi-GPU presets train with: a process group of one rank (NCCL),
@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.gpu_plan import CUDA_OVERHEAD_GB, GB, SHAPES, VLLM_ASLEEP_GB, params, terms, update_peak
+from trainer.plan import CUDA_OVERHEAD_GB, GB, SHAPES, VLLM_ASLEEP_GB, params, terms, update_peak
 
 QWEN25_MATH_7B = SHAPES["Qwen/Qwen2.5-Math-7B"]
 TOY = dict(layers=2, hidden=64, mlp=160, heads=4, kv_heads=2, head_dim=16, vocab=512, tied=False, qkv_bias=True)
@@ -62,9 +62,9 @@ def qwen2_config(shape: dict):
 
 
 def memory_plan(shape: dict, *, tokens: int) -> dict:
-    """The plan's terms (``benchmarks.gpu_plan.terms``) for one unsharded process, in bytes, with the parameter
+    """The plan's terms (``trainer.plan.terms``) for one unsharded process, in bytes, with the parameter
     count and the weights and gradients (fp32 each) that stay resident through backward. ``fsdp_transient``: the
-    plan's update peak (``gpu_plan.update_peak``) less the trainer state and the allowances, i.e. what FSDP2's
+    plan's update peak (``trainer.plan.update_peak``) less the trainer state and the allowances, i.e. what FSDP2's
     forward + backward adds on top of the resident weights and gradients (the fsdp part measures it as
     ``activation_peak_bytes``), and where in backward the plan puts it."""
     t = terms(shape, tokens=tokens, ranks=1)
@@ -72,7 +72,8 @@ def memory_plan(shape: dict, *, tokens: int) -> dict:
     n = params(shape)
     return {"params": n, "weights_fp32": 4 * n, "grads_fp32": 4 * n,
             **{k: int(t[k] * GB) for k in ("boundaries", "final_norm", "layer_recompute", "logit_chunk",
-                                           "root_unsharded", "layers_in_flight", "layer_grads", "head_grad")},
+                                           "root_unsharded", "layers_in_flight", "layer_grads", "head_grad",
+                                           "head_grad_fp32")},
             "fsdp_transient": int((peak - t["state"] - CUDA_OVERHEAD_GB - VLLM_ASLEEP_GB) * GB),
             "fsdp_transient_at": where}
 

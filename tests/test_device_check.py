@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.device_check import PROBE, memory_plan, qwen2_config
-from benchmarks.gpu_plan import SHAPES, params
+from trainer.plan import SHAPES, params
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,12 +1,12 @@
-"""The generation phase of the GPU memory plan (benchmarks/gpu_plan.py): the no-grad forward's two terms by hand, and
+"""The generation phase of the GPU memory plan (trainer/plan.py): the no-grad forward's two terms by hand, and
 every paper preset's engine share is the one the plan derives."""
 
 from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu_plan import (CARD_BYTES, GB, HEADROOM, SHAPES, UTIL_STEP, generation_terms, plan,
-                                 scoring_bytes_per_token)
+from benchmarks.gpu_plan import plan
+from trainer.plan import CARD_BYTES, GB, HEADROOM, SHAPES, UTIL_STEP, generation_terms, scoring_bytes_per_token
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (REPO / "trainer" / "configs").glob("*.yaml")

@@ -192,7 +192,7 @@ def test_what_two_nodes_buy_is_the_step_models_arithmetic(monkeypatch):
     numbers are 4 B per parameter each way per all-reduce."""
     import re
     import benchmarks.step_model as sm
-    from benchmarks.gpu_plan import SHAPES, params
+    from trainer.plan import SHAPES, params
     page = (REPO / "docs" / "recipes.md").read_text()
     section = page[page.index("## Two nodes"):]
     section = section[:section.index("\n## ")]
@@ -200,11 +200,10 @@ def test_what_two_nodes_buy_is_the_step_models_arithmetic(monkeypatch):
     assert len(rows) == 5
     for preset, eight, sixteen, speedup in rows:
         cfg = sm.load_preset(preset)
-        assert cfg["prompts_per_step"] % 16 == 0
+        assert cfg.prompts_per_step % 16 == 0
         totals = []
         for gpus, cell in ((8, eight), (16, sixteen)):
-            monkeypatch.setattr(sm, "GPUS", gpus)
-            t = sm.step_time(cfg)
+            t = sm.step_time(cfg, gpus=gpus)
             terms = [t.generation_s, t.update_s, t.refresh_s, t.validation_s, t.sync_s]
             expected = " + ".join(f"{x:.1f}" if x else "0" for x in terms) + f" = {t.total_s:.1f}"
             assert cell == expected, (preset, gpus)

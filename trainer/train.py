@@ -85,6 +85,7 @@ from trainer.metrics import gather_records, record_rows, rollout_logp_check, ste
 from trainer.policy import (compute_dtype_engines, load_for_training, load_reference, resolve_dtype,
                             resolve_master_dtype)
 from trainer.preflight import NODE_CHECKS, preflight
+from trainer.plan import plan_lines
 from trainer.rollout import RolloutBuilder, make_rollout_engine, sync_rollout_weights
 from trainer.sampling import collect_step
 from trainer.signals import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption, resume_hint
@@ -253,7 +254,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
 def dry_run(cfg: Config, *, world_size: int = 1) -> int:
     """Validate the config and everything it names that can be checked offline, without building a model
     (``trainer.preflight``: reward, template, data columns and rows, rendered prompt, model, output folder,
-    packages); 2 when a check fails, else 0."""
+    packages), then print what the run will cost (``trainer.plan``: GPUs, memory by phase, time per step, disk,
+    downloads); 2 when a check fails, else 0."""
     print(json.dumps(to_dict(cfg), indent=1))
     checks = preflight(cfg, world_size=world_size)
     for c in checks:
@@ -262,6 +264,9 @@ def dry_run(cfg: Config, *, world_size: int = 1) -> int:
     if failed:
         print(f"config NOT OK: {len(failed)} check(s) failed ({', '.join(c.name for c in failed)})", file=sys.stderr)
         return 2
+    print("plan (trainer/plan.py: arithmetic, not measurements):", file=sys.stderr)
+    for line in plan_lines(cfg, world_size=world_size):
+        print(f"  {line}", file=sys.stderr)
     skipped = [c.name for c in checks if c.status == "skip"]
     print("config OK" + (f" (not checkable offline: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
     return 0
