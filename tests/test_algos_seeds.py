@@ -7,7 +7,11 @@ import torch
 
 from trainer.algos import (
     LOSSES,
+    SEED_RULES,
+    Cut,
+    CutBatch,
     TokenBatch,
+    new_arm_stats,
     clipped_policy_loss,
     loss_denominator,
     reduce_loss,
@@ -96,6 +100,32 @@ def test_entropy_rule_fewer_than_k_ties_and_empty():
     mixed = [torch.tensor([0.0, 5.0, 1.0]), torch.zeros(0), torch.tensor([7.0])]
     assert entropy_seed_lengths(mixed, k=1, generator=torch.Generator().manual_seed(4)).tolist() == [1, 0, 0]
     assert entropy_seed_lengths([], k=4).numel() == 0
+
+
+def test_the_seed_rules_table_cuts_as_the_rules_by_hand():
+    from trainer.config import SEED_RULE_NAMES
+    assert tuple(SEED_RULES) == SEED_RULE_NAMES == ("ratio", "entropy", "adaptive")
+    src = CutBatch.of([   # five tokens ending in EOS (the source was wrong), three cut by the budget (right)
+        {"response_ids": [1, 2, 3, 4, 5], "finish_reason": "stop", "logp": None, "step": 0, "correct": False,
+         "entropy": torch.tensor([0.1, 3.0, 0.2, 2.0, 9.0])},
+        {"response_ids": [6, 7, 8], "finish_reason": "length", "logp": None, "step": 0, "correct": True,
+         "entropy": torch.tensor([5.0, 1.0, 4.0])}])
+    assert src.lengths.tolist() == [5, 3] and src.ends_with_eos.tolist() == [True, False]
+    # ratio 0.5: 2.5 -> 3 (below the EOS at 4) and 1.5 -> 2
+    assert SEED_RULES["ratio"](src, ratio=0.5) == Cut([3, 2])
+    # entropy, k = 1: the highest entropy left of the EOS (9.0 is the EOS: never a cut), and position 0
+    assert SEED_RULES["entropy"](src, k=1, seed=0) == Cut([1, 0])
+    # k = 2 draws with the seed's generator, as entropy_seed_lengths does
+    ents = [torch.tensor([0.1, 3.0, 0.2, 2.0]), torch.tensor([5.0, 1.0, 4.0])]
+    for seed in range(5):
+        want = entropy_seed_lengths(ents, k=2, generator=torch.Generator().manual_seed(seed)).tolist()
+        assert SEED_RULES["entropy"](src, k=2, seed=seed) == Cut(want) and set(want[:1]) <= {1, 3}
+    # adaptive: statistics where a wrong source's continuations succeed half the time at arm 1 (ratio 0.5) and a
+    # right one's at arm 2 (0.75): 0.5 of 5 tokens -> 3, 0.75 of 3 -> 2.25 -> 2; the arms come back for the counts
+    stats = new_arm_stats(3)
+    stats["wrong"] = {"wins": [2, 400, 950], "losses": [980, 400, 5]}
+    stats["correct"] = {"wins": [950, 970, 500], "losses": [5, 3, 500]}
+    assert SEED_RULES["adaptive"](src, n_arms=3, stats=stats, seed=7) == Cut([3, 2], [1, 2])
 
 
 def test_token_factor():

@@ -32,7 +32,7 @@ from trainer.tracking import TrackerName
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "uses_traces", "validation_warnings",
            "val_settings", "val_metric_names",
            "loss_kwargs", "adv_kwargs", "to_dict",
-           "ALGORITHMS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULES", "SEED_LOSSES", "LOSS_AGGS"]
+           "ALGORITHMS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULE_NAMES", "SEED_LOSSES", "LOSS_AGGS"]
 
 Precision = Literal["float32", "bfloat16"]             # weights and AdamW state (master_dtype)
 Dtype = Literal["auto", Precision]                     # compute and export dtypes; auto: bf16 on CUDA, fp32 on CPU
@@ -50,7 +50,7 @@ ALGORITHMS = typing.get_args(Algorithm)
 ADVANTAGE_NAMES = typing.get_args(Advantage)
 TOKEN_MASK_NAMES = typing.get_args(TokenMask)
 BINARY_ADVANTAGES = ("passk", "w_reinforce")   # defined for rewards in {0, 1} only
-SEED_RULES = typing.get_args(SeedRule)
+SEED_RULE_NAMES = typing.get_args(SeedRule)   # the keys of trainer.algos.SEED_RULES
 SEED_LOSSES = typing.get_args(SeedLoss)
 LOSS_AGGS = typing.get_args(LossAgg)
 
@@ -197,7 +197,7 @@ class Config:
                                           # metrics and the records' source_correct compare with (false: one grading
                                           # batch fewer per seeded step; no lift; pool sources are graded regardless)
     # where cached behavior log-probs and entropies come from (seeds refresh, M2PO stale batches):
-    # trainer = one no-grad forward of the trained module per cached batch (exact; DESIGN 2.1);
+    # trainer = one no-grad forward of the trained module per cached batch (exact; docs/method.md);
     # sampler = the sampling engine's own log-probs while it decodes (no extra forward; fp-level mismatch); the HF
     # engine gives entropies too, vLLM none (so seed_rule=entropy needs the trainer's forward there)
     behavior_logprobs: BehaviorSource = "trainer"

@@ -4,7 +4,7 @@
 Its state (the seed buffer of the current refresh cycle, the stale queue) is part of ``trainer_state/``, so a
 run killed in the middle of a cycle resumes with the same seeds.
 
-Thinking Seeds (DESIGN §2): at step s with s mod T = 0 the current policy π_b samples G responses for every
+Thinking Seeds (docs/method.md): at step s with s mod T = 0 the current policy π_b samples G responses for every
 prompt of the next T batches; log-probs and entropies of π_b come from the trainer's own no-grad forward where
 something reads them (``behavior_forward_reason``), else from the sampler. Batch s
 trains on them as on-policy DAPO; batch s+j truncates each cached response independently (ratio or entropy rule)
@@ -24,23 +24,25 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from inference import make_sampler, resolve_engine
-from inference.protocol import Completion
+from inference.protocol import Completion, Sampler
 from scoring.rewards import grade_task_batch, reward_of
 from scoring.templates import render_prompt
 from scoring.verdict import UNGRADED_VERDICTS
-from trainer.algos import (CYCLE_SOURCES, adaptive_ratios, arm_means, choose_arms, entropy_seed_lengths,
-                           new_arm_stats, ratio_seed_lengths, update_arm_stats)
+from trainer.algos import SEED_RULES, CachedResponse, Cut, CutBatch, SourceResponse
 from trainer.checkpoint import CheckpointError
-from trainer.data import off_policy_ids
+from trainer.config import Config
+from trainer.data import PromptLoader, off_policy_ids
 from trainer.fsdp import (Dist, all_gather_objects, all_gather_rows, compute_dtype, copy_full_weights, patient_group,
                           reshard, wait_for_generation)
 from trainer.policy import engine_copy, score
+from trainer.restarts import restart_step
 
 
 @dataclass
@@ -105,7 +107,8 @@ ENTROPY_PICK, ADAPTIVE_PICK = 3, 5   # the entropy rule's and the adaptive rule'
 
 def thinking_seeds(cfg) -> bool:
     """The paper's restart distribution: seeds from the refresh cycle, every prompt, a fixed rule (``_refresh`` /
-    ``_seeded``); any other ``seed_source`` / ``seed_trigger`` / ``seed_rule`` goes through ``_restart``."""
+    ``_seeded``); any other ``seed_source`` / ``seed_trigger`` / ``seed_rule`` goes through
+    ``trainer.restarts.restart_step``."""
     return cfg.seed_source == "refresh" and cfg.seed_trigger == "always" and cfg.seed_rule in ("ratio", "entropy")
 
 
@@ -130,12 +133,6 @@ def behavior_forward_reason(cfg) -> str | None:
     if cfg.record_behavior_logprobs:
         return "record_behavior_logprobs=true: the records' logp_behavior"
     return None
-
-
-def _all_wrong(group: list[Rollout]) -> bool:
-    """The group was graded (at least one verdict) and none of its graded rows is correct."""
-    graded = [r for r in group if r.verdict not in UNGRADED_VERDICTS]
-    return bool(graded) and not any(r.correct for r in graded)
 
 
 def row_seeds(seed: int, step: int, round_: int, purpose: int, n_prompts: int, per_prompt: int) -> list[int]:
@@ -175,21 +172,31 @@ def gather_completions(comps: dict[int, Completion], d: Dist) -> dict[int, Compl
                           ents[i].tolist() if i in ents else None) for i, reason in reasons.items()}
 
 
+class SeedBuffer(TypedDict):
+    """The current refresh cycle (checkpointed with the builder): what pi_b wrote at its first step."""
+
+    step: int                            # the refresh step
+    batches: list[list[int]]             # the example indices of the cycle's T batches
+    cache: list[list[CachedResponse]]    # batch b's responses, prompt-major: prompt k's G at [k * G:(k + 1) * G]
+
+
 @dataclass
 class RolloutBuilder:
-    cfg: object
+    cfg: Config
     examples: list[dict]
     prompt_ids: list[list[int]]      # tokenized, templated prompt of each example
-    loader: object                   # trainer.data.PromptLoader
-    sampler: object                  # inference.Sampler
-    tokenizer: object
+    loader: PromptLoader
+    sampler: Sampler
+    tokenizer: PreTrainedTokenizerBase
     model: torch.nn.Module           # the trained policy (for the behavior forward)
     d: Dist
-    seed_buffer: dict | None = None  # the current Thinking Seeds refresh cycle
-    seed_pool: dict = field(default_factory=dict)   # seed_source=pool: prompt id -> its newest correct responses
-    arm_stats: dict | None = None    # seed_rule=adaptive: wins / losses per source verdict and arm
-    restart_metrics: dict = field(default_factory=dict)   # the step's seeds/* restart counts (``_restart``)
-    stale_queue: list = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
+    seed_buffer: SeedBuffer | None = None   # the current Thinking Seeds refresh cycle
+    # seed_source=pool: prompt id -> its newest correct responses (trainer.restarts)
+    seed_pool: dict[str, list[SourceResponse]] = field(default_factory=dict)
+    # seed_rule=adaptive: wins / losses per source verdict and arm (trainer.algos.restarts.new_arm_stats)
+    arm_stats: dict[str, dict[str, list[int]]] | None = None
+    restart_metrics: dict[str, float] = field(default_factory=dict)   # the step's seeds/* counts (trainer.restarts)
+    stale_queue: list[list[Rollout]] = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
     # dynamic sampling's running keep rate (trainer.sampling.update_keep_counts): decayed counts of informative
     # and sampled groups in the rounds it sized; None before its first round (the prior)
     keep_counts: tuple[float, float] | None = None
@@ -217,8 +224,8 @@ class RolloutBuilder:
         self.restart_metrics = {}
         cfg = self.cfg
         if cfg.algorithm == "seeds" and not thinking_seeds(cfg):
-            return self._restart(step)
-        if cfg.algorithm == "seeds":
+            return restart_step(self, step)
+        if cfg.algorithm == "seeds":   # Thinking Seeds: a refresh every T steps, the steps between continue its seeds
             j = step % cfg.seed_refresh_interval
             if j == 0 or self.seed_buffer is None:
                 return self._refresh(step)
@@ -249,8 +256,10 @@ class RolloutBuilder:
                 rows.append(self._row(ex, group, g, ids, finish, variant="luffy_off"))
         return self.reward(rows)
 
-    # --- Thinking Seeds ------------------------------------------------------------------------------
+    # --- Thinking Seeds (docs/method.md "The refresh cycle") ----------------------------------------------
     def _refresh(self, step: int) -> list[Rollout]:
+        """Step s of a cycle (s mod T = 0): pi_b writes G responses for every prompt of the next T batches, kept with
+        their behavior log-probs and entropies; batch s trains on its own as on-policy rows."""
         cfg = self.cfg
         T, B, G = cfg.seed_refresh_interval, cfg.prompts_per_step, cfg.samples_per_prompt
         batches = [self.loader.next(B) for _ in range(T)]
@@ -278,232 +287,71 @@ class RolloutBuilder:
         return self.reward(rows)
 
     def _seeded(self, step: int, j: int) -> list[Rollout]:
-        cfg, buf = self.cfg, self.seed_buffer
-        G = cfg.samples_per_prompt
-        cache = buf["cache"][j]
-        lengths = torch.tensor([len(c["response_ids"]) for c in cache], dtype=torch.long)
-        ends_eos = torch.tensor([c["finish_reason"] == "stop" for c in cache], dtype=torch.bool)
-        if cfg.seed_rule == "ratio":
-            seed_lens = ratio_seed_lengths(lengths, cfg.seed_ratio, ends_with_eos=ends_eos)
-        else:
-            gen = torch.Generator().manual_seed(mix_seed(cfg.seed, step, 0, 3))
-            ents = [c["entropy"][: len(c["response_ids"]) - int(e)] for c, e in zip(cache, ends_eos.tolist())]
-            seed_lens = entropy_seed_lengths(ents, k=cfg.seed_topk, generator=gen)
-        seed_lens = seed_lens.tolist()
-        prompts, budgets, shared = [], [], []
-        for k, ex in enumerate(buf["batches"][j]):
-            for g in range(G):
-                c, m = cache[k * G + g], seed_lens[k * G + g]
-                prompts.append(self.prompt_ids[ex] + c["response_ids"][:m])
-                budgets.append(cfg.max_response_tokens - m)
-                shared.append(len(self.prompt_ids[ex]))
-        comps = self.generate(prompts, budgets, prefix_lens=shared, logprobs=True,
-                              seeds=row_seeds(cfg.seed, step, 0, SEEDED, len(buf["batches"][j]), G))
-        rows = []
-        for k, ex in enumerate(buf["batches"][j]):
-            group = self._new_group()
-            for g in range(G):
-                i = k * G + g
-                c, m, cont = cache[i], seed_lens[i], comps[i]
-                seed = c["response_ids"][:m]
-                # None: the refresh kept no log-probs (nothing reads them, and the sampler returned none)
-                behavior = None if c["logp"] is None else c["logp"][:m].tolist() + [math.nan] * len(cont.token_ids)
-                cut = c["response_ids"][m] if m < len(c["response_ids"]) else None
-                rows.append(self._row(ex, group, g, seed + cont.token_ids, cont.finish_reason, variant="seed",
-                                      seed_len=m, seed_step=buf["step"], trunc_rule=cfg.seed_rule,
-                                      trunc_token_id=cut, behavior_logp=behavior, source_len=len(c["response_ids"]),
-                                      sampler_logp=None if cont.logprobs is None else
-                                      [math.nan] * m + list(cont.logprobs)))
-        if not cfg.seed_grade_sources:
-            return self.reward(rows)
-        # the fresh value of each prompt (contracts.seed_lift): its G cached responses graded whole, in the same batch
-        sources = [self._row(ex, -1, g, cache[k * G + g]["response_ids"], cache[k * G + g]["finish_reason"])
-                   for k, ex in enumerate(buf["batches"][j]) for g in range(G)]
-        self.reward(rows + sources)
-        for r, src in zip(rows, sources):
-            r.source_correct = None if src.verdict in UNGRADED_VERDICTS else src.correct
+        """Step s + j of the cycle: every cached response of batch j, cut and continued by the current policy."""
+        exs = self.seed_buffer["batches"][j]
+        rows, _ = self._cut_and_continue(step, exs, [self._cached(j, k) for k in range(len(exs))])
         return rows
 
-    # --- other restart distributions (trainer.algos.restarts) ------------------------------------------
-    def _restart(self, step: int) -> list[Rollout]:
-        """A step of ``seed_source`` / ``seed_trigger`` / ``seed_rule`` other than the paper's. Cycle sources
-        (refresh, pool) keep the refresh cycle: its first batch trains on the cycle's responses as on-policy rows
-        (pool: every cached response is graded then and the correct ones join their prompt's pool), batches 2..T
-        restart. Other sources take the step's prompts from the loader. With ``seed_trigger=all_wrong`` (and always
-        with ``current``, whose sources are that group) every prompt first gets a fresh group; a prompt restarts
-        when it has a source and (``always``) or its fresh group is all wrong (``all_wrong``); its group is then G
-        continuations, row g from its source g (cycled when a prompt has fewer than G)."""
-        cfg = self.cfg
-        if cfg.seed_source in CYCLE_SOURCES:
-            j = step % cfg.seed_refresh_interval
-            if j == 0 or self.seed_buffer is None:
-                rows = self._refresh(step)
-                if cfg.seed_source == "pool":
-                    self._fill_pool(rows)
-                return rows
-            exs = list(self.seed_buffer["batches"][j])
-        else:
-            j, exs = None, self.loader.next(cfg.prompts_per_step)
-        fresh = None
-        if cfg.seed_trigger == "all_wrong" or cfg.seed_source == "current":
-            fresh = split_groups(self.fresh(exs, step, round_=0))
-        sources = [self._sources_of(k, ex, j, fresh) for k, ex in enumerate(exs)]
-        chosen = [k for k in range(len(exs)) if sources[k]
-                  and (cfg.seed_trigger == "always" or _all_wrong(fresh[k]))]
-        groups: dict[int, list[Rollout]] = {k: fresh[k] for k in range(len(exs))} if fresh else {}
-        if fresh is None:   # `always` without fresh groups: the prompts with no source still need one
-            rest = [k for k in range(len(exs)) if k not in set(chosen)]
-            if rest:
-                groups.update(zip(rest, split_groups(self.fresh([exs[k] for k in rest], step, round_=0))))
-        if chosen:
-            seeded = self._continue(step, [exs[k] for k in chosen], [sources[k] for k in chosen])
-            groups.update(zip(chosen, split_groups(seeded)))
-        rows = []
-        for k in range(len(exs)):
-            for r in groups[k]:
-                r.group = k
-                rows.append(r)
-        self._next_group = len(exs)
-        self.restart_metrics["seeds/restarted_share"] = len(chosen) / max(len(exs), 1)
-        if chosen:   # what the restarted groups scored: all-wrong prompts (trigger all_wrong) solved from a seed
-            graded = [r for k in chosen for r in groups[k] if r.verdict not in UNGRADED_VERDICTS]
-            self.restart_metrics["seeds/restart_value"] = sum(r.correct for r in graded) / max(len(graded), 1)
-            if cfg.seed_trigger == "all_wrong":
-                self.restart_metrics["seeds/restart_solved_share"] = \
-                    sum(any(r.correct for r in groups[k]) for k in chosen) / len(chosen)
-        if fresh is not None:
-            self.restart_metrics["seeds/fresh_all_wrong_share"] = sum(map(_all_wrong, fresh)) / max(len(fresh), 1)
-        if cfg.seed_source == "pool":
-            self.restart_metrics["seeds/pool_prompts"] = sum(1 for v in self.seed_pool.values() if v)
-        return rows
+    def _cached(self, j: int, k: int) -> list[SourceResponse]:
+        """The G responses pi_b wrote for prompt k of batch j, as seed sources (not graded yet)."""
+        buf, G = self.seed_buffer, self.cfg.samples_per_prompt
+        return [{**c, "step": buf["step"], "correct": None} for c in buf["cache"][j][k * G:(k + 1) * G]]
 
-    def _sources_of(self, k: int, ex: int, j: int | None, fresh: list[list[Rollout]] | None) -> list[dict]:
-        """The G source responses prompt ``k`` (example ``ex``) would restart from (empty: none), each a dict of
-        response_ids, finish_reason, logp and entropy (tensors, None when not known yet), step (who wrote it,
-        None for a reference trace) and correct (None: not graded yet)."""
-        cfg, G = self.cfg, self.cfg.samples_per_prompt
-        src = cfg.seed_source
-        if src == "refresh":
-            buf = self.seed_buffer
-            return [{**c, "step": buf["step"], "correct": None} for c in buf["cache"][j][k * G:(k + 1) * G]]
-        if src == "pool":
-            pool = self.seed_pool.get(self.examples[ex]["id"], [])
-            return [pool[g % len(pool)] for g in range(G)] if pool else []
-        if src == "current":   # behavior log-probs: the sampler's (behavior_logprobs=sampler) or scored later
-            from_sampler = cfg.behavior_logprobs == "sampler"
-            return [{"response_ids": r.response_ids, "finish_reason": r.finish_reason,
-                     "logp": torch.tensor(r.sampler_logp, dtype=torch.float32) if from_sampler and r.sampler_logp
-                     else None, "entropy": None, "step": None, "correct": None if r.verdict in UNGRADED_VERDICTS else r.correct,
-                     "sampled_now": True} for r in fresh[k]]
-        # external: the whole trace with its EOS (the cut, not the budget, decides how much of it is kept)
-        ids = off_policy_ids(self.tokenizer, self.examples[ex], cfg.off_policy_key)
-        trace = {"response_ids": ids, "finish_reason": "stop", "logp": None, "entropy": None, "step": None,
-                 "correct": None}
-        return [trace] * G
-
-    def _continue(self, step: int, exs: list[int], sources: list[list[dict]]) -> list[Rollout]:
-        """The seeded groups of prompts ``exs``: each source graded (when not yet), cut by ``seed_rule``, and
-        continued by the current policy; rows as ``_seeded``'s (variant seed, source_len, source_correct)."""
+    def _cut_and_continue(self, step: int, exs: list[int], sources: list[list[SourceResponse]], *,
+                          min_budget: int = 0) -> tuple[list[Rollout], Cut]:
+        """Prompt k's seeded group, row g from source ``sources[k][g]``: the source cut by ``seed_rule``
+        (``trainer.algos.SEED_RULES``) and continued by the current policy from prompt + seed, leaving the
+        continuation at least ``min_budget`` tokens; rows graded whole, with the sources not graded yet in the same
+        batch (``source_correct``, the fresh value of ``contracts.seed_lift``). Returns the rows and the cut."""
         cfg, G = self.cfg, self.cfg.samples_per_prompt
         flat = [s for srcs in sources for s in srcs]
-        self._complete(exs, sources)
-        ends_eos = torch.tensor([s["finish_reason"] == "stop" for s in flat], dtype=torch.bool)
-        lengths = torch.tensor([len(s["response_ids"]) for s in flat], dtype=torch.long)
-        arms = None
-        if cfg.seed_rule == "ratio":
-            seed_lens = ratio_seed_lengths(lengths, cfg.seed_ratio, ends_with_eos=ends_eos).tolist()
-        elif cfg.seed_rule == "entropy":
-            gen = torch.Generator().manual_seed(mix_seed(cfg.seed, step, 0, ENTROPY_PICK))
-            ents = [s["entropy"][: len(s["response_ids"]) - int(e)] for s, e in zip(flat, ends_eos.tolist())]
-            seed_lens = entropy_seed_lengths(ents, k=cfg.seed_topk, generator=gen).tolist()
-        else:   # adaptive: one arm (cut ratio) per row by Thompson sampling of the success rate
-            if self.arm_stats is None:
-                self.arm_stats = new_arm_stats(cfg.seed_adaptive_arms)
-            ratios = adaptive_ratios(cfg.seed_adaptive_arms)
-            arms = choose_arms(self.arm_stats, [s["correct"] for s in flat],
-                               rng=np.random.default_rng(mix_seed(cfg.seed, step, 0, ADAPTIVE_PICK)))
-            seed_lens = [int(ratio_seed_lengths(lengths[i:i + 1], ratios[a], ends_with_eos=ends_eos[i:i + 1]))
-                         for i, a in enumerate(arms)]
-        # a seed leaves the continuation at least one token of the budget (a reference trace may be longer)
-        seed_lens = [min(m, cfg.max_response_tokens - 1) for m in seed_lens]
-        prompts, budgets, shared = [], [], []
-        for i, s in enumerate(flat):
-            ex = exs[i // G]
-            prompts.append(self.prompt_ids[ex] + s["response_ids"][: seed_lens[i]])
-            budgets.append(cfg.max_response_tokens - seed_lens[i])
-            shared.append(len(self.prompt_ids[ex]))
-        comps = self.generate(prompts, budgets, prefix_lens=shared, logprobs=True,
-                              seeds=row_seeds(cfg.seed, step, 0, SEEDED, len(exs), G))
+        cut = SEED_RULES[cfg.seed_rule](CutBatch.of(flat), **self._rule_kwargs(step))
+        # min_budget=0 leaves the cut as it is: a cached response is never longer than the budget
+        seed_lens = [min(m, cfg.max_response_tokens - min_budget) for m in cut.seed_lens]
+        questions = [self.prompt_ids[ex] for ex in exs for _ in range(G)]
+        comps = self.generate([q + s["response_ids"][:m] for q, s, m in zip(questions, flat, seed_lens)],
+                              [cfg.max_response_tokens - m for m in seed_lens], prefix_lens=[len(q) for q in questions],
+                              logprobs=True, seeds=row_seeds(cfg.seed, step, 0, SEEDED, len(exs), G))
         rows = []
         for k, ex in enumerate(exs):
             group = self._new_group()
             for g in range(G):
                 i = k * G + g
                 s, m, cont = flat[i], seed_lens[i], comps[i]
-                logp = s["logp"]
-                behavior = (logp[:m].tolist() if logp is not None else [math.nan] * m) + [math.nan] * len(cont.token_ids)
-                cut = s["response_ids"][m] if m < len(s["response_ids"]) else None
-                rows.append(self._row(ex, group, g, s["response_ids"][:m] + cont.token_ids, cont.finish_reason,
-                                      variant="seed", seed_len=m, seed_step=step if s.get("sampled_now") else s["step"],
-                                      trunc_rule=cfg.seed_rule, trunc_token_id=cut, behavior_logp=behavior,
-                                      source_len=len(s["response_ids"]), source_correct=s["correct"],
-                                      sampler_logp=[math.nan] * m + list(cont.logprobs)))
-        self.reward(rows)
-        if arms is not None:
-            update_arm_stats(self.arm_stats, arms, [s["correct"] for s in flat],
-                             [None if r.verdict in UNGRADED_VERDICTS else r.correct for r in rows])
-            ratios = adaptive_ratios(cfg.seed_adaptive_arms)
-            self.restart_metrics["seeds/adaptive_ratio_mean"] = sum(ratios[a] for a in arms) / len(arms)
-            for verdict, means in arm_means(self.arm_stats).items():
-                if verdict != "ungraded":
-                    self.restart_metrics.update({f"seeds/adaptive_p_{verdict}@{r:g}": p for r, p in zip(ratios, means)})
-        cuts = [m / n for m, n in zip(seed_lens, lengths.tolist()) if n > 0]
-        if cuts:
-            self.restart_metrics["seeds/cut_ratio_mean"] = sum(cuts) / len(cuts)
-        return rows
+                ids, logp = s["response_ids"], s["logp"]
+                # the seed tokens (t < seed_len) are what the loss treats apart (trainer.algos.loss_mask): their
+                # pi_b (NaN after; None when the source has none) is state+action's ratio denominator
+                rows.append(self._row(
+                    ex, group, g, ids[:m] + cont.token_ids, cont.finish_reason, variant="seed", seed_len=m,
+                    seed_step=s["step"], trunc_rule=cfg.seed_rule, trunc_token_id=ids[m] if m < len(ids) else None,
+                    source_len=len(ids),
+                    behavior_logp=None if logp is None else logp[:m].tolist() + [math.nan] * len(cont.token_ids),
+                    sampler_logp=None if cont.logprobs is None else [math.nan] * m + list(cont.logprobs)))
+        self._grade_sources(exs, sources, rows)
+        for r, s in zip(rows, flat):
+            r.source_correct = s["correct"]
+        return rows, cut
 
-    def _complete(self, exs: list[int], sources: list[list[dict]]) -> None:
-        """Fill in what the sources lack and the step needs: the verdict (one grading batch, never generation; skipped
-        with seed_grade_sources=false), the behavior log-probs (seed_loss=state+action reads them on seed tokens) and
-        the entropies (the entropy rule), both from one no-grad forward of the trained module. A source shared by
-        several rows is done once."""
+    def _rule_kwargs(self, step: int) -> dict:
+        """``SEED_RULES[seed_rule]``'s keyword arguments: its hyperparameters and, for a rule that draws, the draw's
+        seed (from the run's seed and the step: every rank draws the same cuts)."""
         cfg = self.cfg
-        uniq: dict[int, tuple[int, dict]] = {}
-        for ex, srcs in zip(exs, sources):
-            for s in srcs:
-                uniq.setdefault(id(s), (ex, s))
-        todo = [(ex, s) for ex, s in uniq.values() if s["correct"] is None and "graded" not in s]
-        if todo and cfg.seed_grade_sources:
-            graded = self.reward([self._row(ex, -1, 0, s["response_ids"], s["finish_reason"]) for ex, s in todo])
-            for (_, s), r in zip(todo, graded):
-                s["correct"] = None if r.verdict in UNGRADED_VERDICTS else r.correct
-                s["graded"] = True
-        need_logp = cfg.seed_loss == "state+action" and cfg.seed_source != "external"
-        need_ent = cfg.seed_rule == "entropy"
-        todo = [(ex, s) for ex, s in uniq.values()
-                if (need_logp and s["logp"] is None) or (need_ent and s["entropy"] is None)]
-        if todo:
-            logp, ent = self._score([self.prompt_ids[ex] for ex, _ in todo], [s["response_ids"] for _, s in todo])
-            for (_, s), lp, e in zip(todo, logp, ent):
-                s["logp"] = lp if s["logp"] is None else s["logp"]
-                s["entropy"] = e
+        return {"ratio": {"ratio": cfg.seed_ratio},
+                "entropy": {"k": cfg.seed_topk, "seed": mix_seed(cfg.seed, step, 0, ENTROPY_PICK)},
+                "adaptive": {"n_arms": cfg.seed_adaptive_arms, "stats": self.arm_stats,
+                             "seed": mix_seed(cfg.seed, step, 0, ADAPTIVE_PICK)}}[cfg.seed_rule]
 
-    def _fill_pool(self, batch0: list[Rollout]) -> None:
-        """seed_source=pool at a refresh step: grade the cycle's cached responses (batch 0's are the step's rows,
-        graded already) and add the correct ones to their prompt's pool, which keeps its newest seed_pool_size."""
-        cfg, buf, G = self.cfg, self.seed_buffer, self.cfg.samples_per_prompt
-        verdicts = [r.correct if r.verdict not in UNGRADED_VERDICTS else None for r in batch0]
-        later = [(ex, c) for b in range(1, len(buf["batches"])) for k, ex in enumerate(buf["batches"][b])
-                 for c in buf["cache"][b][k * G:(k + 1) * G]]
-        graded = self.reward([self._row(ex, -1, 0, c["response_ids"], c["finish_reason"]) for ex, c in later])
-        verdicts += [r.correct if r.verdict not in UNGRADED_VERDICTS else None for r in graded]
-        flat = [(ex, c) for k, ex in enumerate(buf["batches"][0]) for c in buf["cache"][0][k * G:(k + 1) * G]] + later
-        for (ex, c), ok in zip(flat, verdicts):
-            if ok:
-                pid = self.examples[ex]["id"]
-                entries = self.seed_pool.setdefault(pid, [])
-                entries.append({**c, "step": buf["step"], "correct": True})
-                del entries[: max(0, len(entries) - cfg.seed_pool_size)]
+    def _grade_sources(self, exs: list[int], sources: list[list[SourceResponse]],
+                       rows: Sequence[Rollout] = ()) -> None:
+        """Grade ``rows`` and, in the same batch, the sources of prompts ``exs`` that have no verdict yet (each once;
+        none with seed_grade_sources=false): a source's ``correct`` becomes the verdict on it whole (None: ungraded)."""
+        todo = list({id(s): (ex, s) for ex, srcs in zip(exs, sources) for s in srcs
+                     if self.cfg.seed_grade_sources and s["correct"] is None and "graded" not in s}.values())
+        if not rows and not todo:
+            return
+        graded = self.reward([*rows, *(self._row(ex, -1, 0, s["response_ids"], s["finish_reason"]) for ex, s in todo)])
+        for (_, s), r in zip(todo, graded[len(rows):]):
+            s["correct"], s["graded"] = (None if r.verdict in UNGRADED_VERDICTS else r.correct), True
 
     # --- M2PO stale batches ----------------------------------------------------------------------------
     def _stale(self, step: int) -> list[Rollout]:

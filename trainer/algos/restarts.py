@@ -4,7 +4,8 @@ Thinking Seeds restarts every prompt of batches 2..T of a refresh cycle from the
 (``seed_source=refresh``, ``seed_trigger=always``, a fixed ``seed_rule``). The paper names the choice of seed
 distribution as its open question (§7: "adaptive selection of seed sources or truncation points, for example
 using the current policy's success rate from a state, remains future work"); the neighbouring methods are other
-points of the same design space, so they are configuration of the one machinery (``trainer.rollout``):
+points of the same design space, so they are configuration of the one machinery (``trainer.restarts``, which cuts
+and continues on Thinking Seeds' own path, ``trainer.rollout.RolloutBuilder._cut_and_continue``):
 
 * ``seed_source`` -- what a seed is cut from:
   ``refresh``  the responses the policy wrote at the start of the refresh cycle (Thinking Seeds);

@@ -1,8 +1,9 @@
-"""Thinking Seeds: truncation rules, cost factor and the two loss variants (DESIGN §2 "Thinking Seeds").
+"""Thinking Seeds: truncation rules, cost factor and the two loss variants (docs/method.md "Thinking Seeds").
 
 A cached behavior response õ_i (written by π_b at the start of a refresh cycle of T steps) is cut to a
 seed h_i = õ_i[:m_i]; the current policy continues it, o_i = h_i ⊕ y_i. This module decides m_i
-(length-ratio or entropy rule) and builds the masks / denominators of paper Eq. 5:
+(``SEED_RULES[seed_rule](CutBatch.of(sources), **kwargs)``: the length-ratio or entropy rule, or the restart
+distributions' adaptive rule) and builds the masks / denominators of paper Eq. 5:
 
 * "state+action": seed tokens (positions t < m_i, 0-based) enter the DAPO loss with r = π_θ / π_b
   (cached behavior log-probs), continuation tokens with r = π_θ / π_old; token-mean over all tokens.
@@ -13,17 +14,60 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from trainer.algos.restarts import adaptive_ratios, choose_arms
+
 SeedLoss = Literal["state+action", "state"]   # the config's `seed_loss`
 SEED_LOSS_VARIANTS = typing.get_args(SeedLoss)
-# the config's `seed_rule`: ratio_seed_lengths | entropy_seed_lengths | adaptive (trainer.algos.restarts.choose_arms)
-SeedRule = Literal["ratio", "entropy", "adaptive"]
-SEED_RULES = typing.get_args(SeedRule)
+SeedRule = Literal["ratio", "entropy", "adaptive"]   # the config's `seed_rule`: the keys of SEED_RULES
+
+
+class CachedResponse(TypedDict):
+    """A response π_b wrote at a refresh step, kept for the batches of its cycle (the trainer's seed buffer)."""
+
+    response_ids: list[int]
+    finish_reason: str   # stop (ends with EOS) | length
+    logp: Tensor | None      # [L] log π_b of its tokens (None: nothing reads them and the sampler gave none)
+    entropy: Tensor | None   # [L] π_b's entropies (NaN or None where the engine gives none)
+
+
+class SourceResponse(CachedResponse):
+    """A response a seed is cut from: a cached one, a correct one from the pool, this step's own, a reference trace."""
+
+    step: int | None         # the step whose policy wrote it (None: a reference trace)
+    correct: bool | None     # the grader's verdict on the whole response (None: not graded, or ungraded)
+    graded: NotRequired[bool]   # graded already (its verdict may be None): not graded again
+
+
+@dataclass(frozen=True)
+class CutBatch:
+    """What a truncation rule reads of the N responses it cuts, one seed each."""
+
+    lengths: Tensor  # [N] long, |õ_i| (EOS included when present)
+    ends_with_eos: Tensor  # [N] bool
+    entropies: list[Tensor | None]  # N × [L_i] π_b's entropies (the entropy rule reads them)
+    correct: list[bool | None]  # the verdict on each whole response (the adaptive rule reads them)
+
+    @classmethod
+    def of(cls, sources: Sequence[SourceResponse]) -> CutBatch:
+        return cls(lengths=torch.tensor([len(s["response_ids"]) for s in sources], dtype=torch.long),
+                   ends_with_eos=torch.tensor([s["finish_reason"] == "stop" for s in sources], dtype=torch.bool),
+                   entropies=[s["entropy"] for s in sources], correct=[s["correct"] for s in sources])
+
+
+class Cut(NamedTuple):
+    """A rule's cut of N responses."""
+
+    seed_lens: list[int]  # m_i, one per response
+    arms: list[int] | None = None  # the adaptive rule: each row's arm, whose statistics its outcome updates
+
 
 # Ratios are turned into fractions with at most this denominator, so 0.3 is exactly 3/10 and
 # round-half-up is decided in integer arithmetic (7 · 0.3 + 0.5 = 2.6 and 5 · 0.5 + 0.5 = 3 exactly).
@@ -36,7 +80,7 @@ def ratio_seed_lengths(
     *,
     ends_with_eos: Tensor | None = None,  # [N] bool, default all False
 ) -> Tensor:  # [N] long, seed lengths m_i
-    """Length-ratio rule, DESIGN §2.4: m_i = round(|õ_i| · ratio), rounding half up (⌊L·ratio + ½⌋).
+    """Length-ratio rule (docs/method.md): m_i = round(|õ_i| · ratio), rounding half up (⌊L·ratio + ½⌋).
 
     The seed never contains the response's EOS: when õ_i ends with EOS, m_i ≤ L_i − 1. LUFFY's floor is a
     known deviation we do not copy. The arithmetic is exact: ratio is read as a fraction p/q
@@ -65,7 +109,7 @@ def entropy_seed_lengths(
     k: int = 32,
     generator: torch.Generator | None = None,
 ) -> Tensor:  # [N] long, seed lengths m_i (on the device of the first entropy tensor)
-    """Entropy rule, DESIGN §2.4: pick uniformly one of the k highest-entropy positions of õ_i; m_i = that position.
+    """Entropy rule (docs/method.md): pick uniformly one of the k highest-entropy positions of õ_i; m_i = that position.
 
     The seed is õ_i[:m_i], so the current policy makes the decision at the high-entropy position itself.
     The caller passes each response's per-token behavior entropies WITHOUT the EOS position (so EOS is never
@@ -107,8 +151,42 @@ def top_entropy_positions(
     return order[: min(k, entropy.numel())]
 
 
+def ratio_cut(src: CutBatch, *, ratio: float) -> Cut:
+    """``seed_rule=ratio``: m_i = round(|õ_i| · ratio), never the EOS (``ratio_seed_lengths``)."""
+    return Cut(ratio_seed_lengths(src.lengths, ratio, ends_with_eos=src.ends_with_eos).tolist())
+
+
+def entropy_cut(src: CutBatch, *, k: int, seed: int) -> Cut:
+    """``seed_rule=entropy``: m_i drawn among the k highest-entropy positions of õ_i, its EOS left out
+    (``entropy_seed_lengths``); ``seed`` seeds the draw (a CPU torch.Generator)."""
+    assert all(e is not None for e in src.entropies), "the entropy rule needs pi_b's entropies of every response"
+    ents = [e[: n - int(eos)] for e, n, eos in zip(src.entropies, src.lengths.tolist(), src.ends_with_eos.tolist())]
+    return Cut(entropy_seed_lengths(ents, k=k, generator=torch.Generator().manual_seed(seed)).tolist())
+
+
+def adaptive_cut(src: CutBatch, *, n_arms: int, stats: dict, seed: int) -> Cut:
+    """``seed_rule=adaptive`` (a restart distribution, ``trainer.algos.restarts``): one arm (cut ratio
+    ``adaptive_ratios(n_arms)``) per response by Thompson sampling of ``stats`` given its verdict, then the ratio
+    rule at that arm's ratio; ``seed`` seeds the draw (numpy's Generator). The caller counts each row's outcome
+    under its arm (``update_arm_stats``)."""
+    ratios = adaptive_ratios(n_arms)
+    arms = choose_arms(stats, src.correct, rng=np.random.default_rng(seed))
+    lens = [int(ratio_seed_lengths(src.lengths[i:i + 1], ratios[a], ends_with_eos=src.ends_with_eos[i:i + 1]))
+            for i, a in enumerate(arms)]
+    return Cut(lens, arms)
+
+
+# where a seed is cut (docs/method.md "Truncation rules"): SEED_RULES[seed_rule](CutBatch.of(sources), **kwargs)
+SEED_RULES = {
+    "ratio": ratio_cut,
+    "entropy": entropy_cut,
+    "adaptive": adaptive_cut,
+}
+assert tuple(SEED_RULES) == typing.get_args(SeedRule), "every seed rule has one SEED_RULES entry"
+
+
 def token_factor(ratio: float, refresh_interval: int) -> float:
-    """Generated-token growth of Thinking Seeds vs on-policy, DESIGN §2.6: 1 + (1 − ratio)·(T − 1)/T.
+    """Generated-token growth of Thinking Seeds vs on-policy (docs/method.md "Cost"): 1 + (1 − ratio)·(T − 1)/T.
 
     Batch 1 of each refresh cycle is generated in full by π_b; batches 2..T regenerate (1 − ratio) of a
     response each. 1.4375 (≈1.44×) at ratio 0.5, T = 8.
