@@ -9,7 +9,8 @@
 - ``eval.run``: ``run_eval(cfg)`` (the library entry) and the runner CLI over it (``python -m eval.run``) writing
   ``results/eval/<model>/<benchmark>.jsonl``; ``eval.inputs`` (model, problems, samples and results-file checks),
   ``eval.grading`` (batch grading, regrading, the disagreements file), ``eval.report`` (a file's scores and line),
-  ``eval.samples`` (the results-file format), ``eval.parallel`` (engines in this or D processes);
+  ``eval.parallel`` (engines in this or D processes); the results-file format is ``contracts.samples`` (read by
+  ``tsanalysis`` and the demo too);
 - ``eval.leaderboard``: models side by side (``python -m eval.leaderboard results/eval``);
 - ``eval.lm_eval_bridge``: lm-evaluation-harness tasks into the same leaderboard.
 """

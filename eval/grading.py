@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 from contracts.files import atomic_write_jsonl
+from contracts.samples import read_samples
 from scoring.benchmarks.base import UNGRADED_VERDICTS, Benchmark, Problem
 from scoring.benchmarks.protocol import grade_responses   # its one home, shared with the trainer's validation
-from eval.samples import read_samples
 from scoring.qwen import disagreements
 
 __all__ = ["grade_responses", "regrade", "write_disagreements"]

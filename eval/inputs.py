@@ -1,5 +1,7 @@
-"""What an evaluation reads and checks before any model is loaded: the model's files, the benchmark's problems (and
-the data settings every result line records), a user's samples file, and an existing results file's settings.
+"""What an evaluation reads and checks before any model is loaded: the benchmark's problems (and the data settings
+every result line records), a user's samples file, and an existing results file's settings. The model's files and
+context are checked where every entry point checks them, ``inference.hub`` (``resolve_checked_model``,
+``check_context``).
 
 Every failure is an ``EvalInputError`` whose message names the file (and line, or problem) and what to do; the
 command line prints it as one line and exits 2, before anything is written for that input.
@@ -15,14 +17,13 @@ from pathlib import Path
 from typing import Sequence
 
 from contracts.jsonl import iter_jsonl
+from contracts.samples import check_settings, repair
 from scoring.benchmarks.base import Benchmark, Problem
 from scoring.benchmarks.protocol import generation_settings
-from eval.samples import check_settings, repair
-from inference.hub import ModelSourceError, check_model_files, resolve_model
 
 
-__all__ = ["EvalInputError", "model_name", "check_model", "fingerprint", "data_settings", "load_problems",
-           "read_samples_input", "file_settings", "prepare", "longest_prompt", "check_context"]
+__all__ = ["EvalInputError", "model_name", "fingerprint", "data_settings", "load_problems", "read_samples_input",
+           "file_settings", "prepare"]
 
 
 class EvalInputError(ValueError):
@@ -41,25 +42,6 @@ def model_name(spec: str) -> str:
             return f"{parts[-3]}-{parts[-1]}"
         return parts[-1]
     return spec.strip("/").replace("/", "__")
-
-
-def check_model(spec: str, *, what: str = "--model"):
-    """Where the files of ``spec`` are (``inference.hub.ModelSource``): a saved model folder (with ``config.json``),
-    or a hub id's snapshot in the Hugging Face cache (downloaded first where that is allowed; with
-    ``HF_HUB_OFFLINE=1`` it must be cached), with its files checked (``inference.hub.check_model_files``: weights,
-    shards, safetensors headers, tokenizer; a training run folder named as one, with its newest checkpoint).
-    ``what`` names the argument in the message (``--model``, ``--early``). EvalInputError otherwise. Called before
-    anything is written."""
-    p = Path(spec).expanduser()
-    try:
-        if p.exists():
-            check_model_files(p, what=f"{what} {spec}")
-        source = resolve_model(str(p) if p.exists() else spec, what=what)
-        if source.is_hub:
-            check_model_files(Path(source.path), what=f"{what} {spec}")
-    except ModelSourceError as e:
-        raise EvalInputError(str(e)) from None
-    return source
 
 
 def fingerprint(problems: Sequence[Problem]) -> str:
@@ -149,39 +131,6 @@ def file_settings(bench: Benchmark, model_path: str, name: str, *, n, temperatur
             "max_tokens": gen["max_tokens"], "template": gen["template"], "seed": seed, "samples_file": None,
             "engine": engine,
             "dtype": dtype, "data": data}
-
-
-def longest_prompt(prompt_ids: dict[str, Sequence[int]]) -> tuple[int, str | None]:
-    """(token count, problem id) of the longest of ``prompt_ids`` (problem id -> the rendered prompt's token ids);
-    (0, None) when there are none."""
-    if not prompt_ids:
-        return 0, None
-    pid = max(prompt_ids, key=lambda k: len(prompt_ids[k]))
-    return len(prompt_ids[pid]), pid
-
-
-def check_context(what: str, prompt_ids: dict[str, Sequence[int]], max_tokens: int, context: tuple[int, str] | None,
-                  *, cap: int | None = None, where: str = "config.json", hint: str = "") -> None:
-    """EvalInputError, one line naming both numbers, unless the longest prompt plus ``max_tokens`` new tokens fits
-    the model's context: ``context`` (tokens, the config.json key that says so: ``inference.hub.model_context``;
-    None: unknown, only ``cap`` is checked) and ``cap`` (a smaller limit the config asks for, ``max_context``).
-    A response that runs past the context is not an error any engine reports: the HF engine extrapolates the
-    positions (rotary embeddings it was not trained on), vLLM refuses at start-up or cuts the request. ``what``:
-    the benchmark, for the message; ``where``: the config.json named; ``hint``: appended to the way out."""
-    P, pid = longest_prompt(prompt_ids)
-    limits = [(c, f"the model's context {c} ({k} in {where})") for c, k in [context] if context is not None]
-    if cap is not None:
-        limits.append((cap, f"max_context {cap}"))
-    if not limits or P == 0:
-        return
-    C, said = min(limits, key=lambda x: x[0])
-    total = P + int(max_tokens)
-    if total <= C:
-        return
-    fix = (f"lower --max-tokens to <= {C - P}" if C - P >= 1 else
-           f"the prompt alone fills it: drop the problem or use a model with a longer context")
-    raise EvalInputError(f"{what}: the longest prompt (problem {pid!r}) of {P} tokens + max_tokens {max_tokens} = "
-                         f"{total} > {said}; {fix}{hint}")
 
 
 def prepare(path: Path, problems: list[Problem], settings: dict) -> list[Problem]:

@@ -42,10 +42,10 @@ from pathlib import Path
 
 from contracts.commands import EXIT_CODES_HELP, points, pct, run_command
 from contracts.files import atomic_path, atomic_write_json, atomic_write_text
+from contracts.samples import read_samples
 from scoring.benchmarks.protocol import graded_row
 from eval.lm_eval_bridge import LM_EVAL_FILE
 from eval.metrics import average, compare, compare_average, counts, summarize
-from eval.samples import read_samples
 
 __all__ = ["build_leaderboard", "write_leaderboard", "render_markdown", "average_line", "lm_eval_entries", "graded_rows",
            "main"]

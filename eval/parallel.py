@@ -20,18 +20,17 @@ closed (their memory released) when the generator closes: after each model, befo
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from inference.hub import checkpoint_dtype
 from scoring.pool import default_workers
 
-__all__ = ["EngineSpec", "EngineWorkerError", "Job", "LocalGenerator", "ParallelGenerator", "checkpoint_dtype",
-           "generation_dtype", "gpu_groups", "make_generator", "model_context"]
+__all__ = ["EngineSpec", "EngineWorkerError", "Job", "LocalGenerator", "ParallelGenerator", "generation_dtype",
+           "gpu_groups", "make_generator"]
 
 Result = list[tuple[list[int], str]]   # per sequence: token ids, finish reason
 
@@ -65,23 +64,12 @@ class Job:
     seeds: tuple[int, ...] | None = None   # ... or one per prompt (``Sampler.generate(seeds=...)``; eval.run's)
 
 
-def checkpoint_dtype(model_dir: str | os.PathLike) -> str:
-    """The dtype a saved model declares (``config.json``'s ``dtype``, or ``torch_dtype`` as transformers 4 wrote it);
-    float32 when it declares none (what ``inference.load_skeleton`` assumes too)."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None
-    declared = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
-    return str(declared).replace("torch.", "") if declared else "float32"
-
-
 def generation_dtype(engine: str, dtype: str | None, model_dir: str | os.PathLike, *, cuda: bool | None = None
                      ) -> str:
     """The dtype ``engine`` (resolved: hf or vllm) generates in, the one ``build_sampler`` loads and a results file
-    records. ``dtype`` given: that one ("auto": the checkpoint's, ``checkpoint_dtype``). Unset: vLLM bfloat16 on
-    every machine (its CPU build too, even for a float32 checkpoint); the HF engine bfloat16 on a CUDA machine, else
-    the checkpoint's. ``cuda``: whether CUDA is available (default: ask torch)."""
+    records. ``dtype`` given: that one ("auto": the checkpoint's, ``inference.hub.checkpoint_dtype``). Unset: vLLM
+    bfloat16 on every machine (its CPU build too, even for a float32 checkpoint); the HF engine bfloat16 on a CUDA
+    machine, else the checkpoint's. ``cuda``: whether CUDA is available (default: ask torch)."""
     if dtype is None:
         if cuda is None:
             import torch

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts.commands import pct
+from contracts.samples import read_samples
 from scoring.benchmarks.base import Benchmark
 from eval.leaderboard import graded_rows
 from eval.metrics import counts, summarize
-from eval.samples import read_samples
 
 __all__ = ["file_report", "format_report"]
 

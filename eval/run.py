@@ -2,7 +2,7 @@
 
 For every model and benchmark: render each problem with the prompt template, sample n completions per problem
 (``inference``; one completion per prompt, the prompt repeated n times), decode, grade (``eval.grading``), and
-append one line per problem to ``<out>/<model>/<benchmark>.jsonl`` (format: ``eval.samples``). Problems already in
+append one line per problem to ``<out>/<model>/<benchmark>.jsonl`` (format: ``contracts.samples``). Problems already in
 the file are skipped, so an interrupted run resumes where it stopped; a file written with other settings is an
 error. Math answers are graded by math-verify in a process pool with a hard per-item timeout, and cross-checked by
 the Qwen-style grader (disagreements go to ``<benchmark>.disagreements.jsonl``). At the end the leaderboard of
@@ -69,19 +69,19 @@ from tqdm.auto import tqdm
 from contracts.commands import EXIT_USAGE, run_command
 from contracts.config import ConfigError
 from contracts.jsonl import iter_jsonl
+from contracts.samples import append_row, make_row
 from scoring.benchmarks import get_benchmark
 from scoring.benchmarks.base import Benchmark, Problem
 from scoring.benchmarks.protocol import encode_prompts, sample_seed   # shared with the trainer's validation
 from eval.config import PROFILES, EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
 from eval.grading import grade_responses, regrade, write_disagreements
-from eval.inputs import (EvalInputError, check_context, check_model, data_settings, file_settings, load_problems,
-                         model_name, prepare, read_samples_input)
+from eval.inputs import (EvalInputError, data_settings, file_settings, load_problems, model_name, prepare,
+                         read_samples_input)
 from eval.leaderboard import build_leaderboard, write_leaderboard
 from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
 from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
-from inference.hub import model_context
+from inference.hub import ContextError, ModelSourceError, check_context, model_context, resolve_checked_model
 from eval.report import file_report, format_report
-from eval.samples import append_row, make_row
 from inference import load_tokenizer, resolve_engine
 from scoring.math import MATH_MEMORY_MB
 from scoring.pool import WorkerPool, apply
@@ -287,7 +287,10 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     if cfg.samples and not Path(cfg.samples).is_file():
         raise EvalInputError(f"--samples {cfg.samples}: no such file")
     # where each model's files are (a hub id: its cached snapshot), checked, before anything is loaded or written
-    sources = {} if cfg.samples else {spec: check_model(spec) for spec in cfg.models}
+    try:
+        sources = {} if cfg.samples else {spec: resolve_checked_model(spec, what="--model") for spec in cfg.models}
+    except ModelSourceError as e:
+        raise EvalInputError(str(e)) from None
     pairs = [(spec, (cfg.names[i] if cfg.names else model_name(spec))) for i, spec in enumerate(cfg.models)]
     if cfg.baseline is not None:   # the leaderboard's models: those already under out and this run's
         known = sorted({name for _, name in pairs} | ({d.name for d in out.iterdir() if d.is_dir()}
@@ -357,10 +360,13 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                     # now, before any weights load, not found when a response runs past the last position
                     ids = {p.id: tokenizer(render_prompt(settings["template"], p.question, tokenizer),
                                            add_special_tokens=False)["input_ids"] for p in probs}
-                    check_context(f"--model {spec}: {bench.name}", ids, settings["max_tokens"], context,
-                                  cap=cfg.max_context, where=str(Path(sources[spec].path) / "config.json"),
-                                  hint="" if cfg.profile else f", or give the backbone's --profile "
-                                                              f"({', '.join(PROFILES)})")
+                    try:
+                        check_context(f"--model {spec}: {bench.name}", ids, settings["max_tokens"], context,
+                                      cap=cfg.max_context, where=str(Path(sources[spec].path) / "config.json"),
+                                      hint="" if cfg.profile else f", or give the backbone's --profile "
+                                                                  f"({', '.join(PROFILES)})")
+                    except ContextError as e:
+                        raise EvalInputError(str(e)) from None
                     plan.append((bench, probs, settings))
                 plans.append((spec, name, engine, dtype, plan))
             for spec, name, engine, dtype, plan in plans:

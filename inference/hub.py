@@ -14,6 +14,12 @@ tokenizer files and safetensors weights (``HUB_FILES``). The result names the co
 same cached id is used. A hub id that is neither in the cache nor downloadable is a ``ModelSourceError``: one line
 naming the argument, the cache and what to do.
 
+A model folder's files, read before any weights load, for every entry point alike: ``resolve_checked_model`` (where
+the files are, and that a loader can read them: ``check_model_files``), ``checkpoint_dtype`` (the dtype it declares),
+``model_context`` (the most tokens it holds) and ``check_context`` (the longest prompt plus its budget fits that
+context, else a ``ContextError`` naming both numbers; ``context_overflow`` is the arithmetic, shared with the
+trainer's validation, which words its own message).
+
 Nothing here touches torch.distributed: downloading once per node while the other ranks wait is the trainer's
 (``trainer.warmup.hub_snapshot``).
 """
@@ -25,10 +31,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Sequence
 
-__all__ = ["CONTEXT_KEYS", "HUB_FILES", "TOKENIZER_FILES", "ModelSource", "ModelSourceError", "check_model_files",
-           "config_context", "is_hub_id", "local_model_dir", "model_context", "newest_checkpoint", "offline",
-           "resolve_model"]
+__all__ = ["CONTEXT_KEYS", "HUB_FILES", "TOKENIZER_FILES", "ContextError", "ContextOverflow", "ModelSource",
+           "ModelSourceError", "check_context", "check_model_files", "checkpoint_dtype", "config_context",
+           "context_overflow", "is_hub_id", "local_model_dir", "longest_prompt", "model_context", "newest_checkpoint",
+           "offline", "resolve_checked_model", "resolve_model"]
 
 # what a snapshot download fetches: configs, tokenizers, chat templates, custom code, safetensors weights (a repo's
 # duplicate *.bin / *.pt / *.gguf copies of the same weights are left on the hub)
@@ -95,6 +103,21 @@ def resolve_model(spec: str, *, what: str = "model", download: bool = True) -> M
                                f"partial download): run `hf download {spec}` (or `huggingface-cli download {spec}`) "
                                f"where there is network, or pass a local model folder")
     return ModelSource(spec=spec, path=path, revision=Path(path).name)
+
+
+def resolve_checked_model(spec: str, *, what: str = "--model") -> ModelSource:
+    """Where the files of ``spec`` are (``resolve_model``: a saved model folder, or a hub id's snapshot in the cache,
+    downloaded first where that is allowed; with ``HF_HUB_OFFLINE=1`` it must be cached), with its files checked
+    (``check_model_files``: weights, shards, safetensors headers, tokenizer; a training run folder is named as one,
+    with its newest checkpoint). ``what`` names the argument in the message (``--model``, ``--early``).
+    ``ModelSourceError`` otherwise. What ``eval.run`` and ``tsanalysis relay`` call before anything is written."""
+    p = Path(spec).expanduser()
+    if p.exists():
+        check_model_files(p, what=f"{what} {spec}")
+    source = resolve_model(str(p) if p.exists() else spec, what=what)
+    if source.is_hub:
+        check_model_files(Path(source.path), what=f"{what} {spec}")
+    return source
 
 
 def _label(what: str, spec: str) -> str:
@@ -230,6 +253,17 @@ def check_model_files(folder: Path, *, what: str) -> None:
                              f"save the tokenizer into the folder with the model (tokenizer.save_pretrained)")
 
 
+def checkpoint_dtype(model_dir: str | os.PathLike) -> str:
+    """The dtype a saved model declares (``config.json``'s ``dtype``, or ``torch_dtype`` as transformers 4 wrote it);
+    float32 when it declares none (what ``inference.load_skeleton`` assumes too)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    declared = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    return str(declared).replace("torch.", "") if declared else "float32"
+
+
 # config.json keys that bound a model's positions, as vLLM reads them (``derive_max_model_len_and_key``: the smallest
 # one present wins), and the RoPE types whose ``factor`` does not multiply them (vLLM's ``_get_and_verify_max_len``:
 # YaRN and the others leave max_position_embeddings already scaled)
@@ -273,3 +307,71 @@ def config_context(config) -> tuple[int, str] | None:
         if kind not in _ROPE_ALREADY_SCALED and isinstance(factor, (int, float)) and factor:
             return int(context * factor), f"{key} x rope_scaling.factor {factor:g}"
     return context, key
+
+
+# ---------------------------------------------------------------------------------- a prompt and its budget
+class ContextError(ValueError):
+    """The longest prompt plus its response budget does not fit a model's context; the message is one line naming
+    both numbers and what to do."""
+
+
+@dataclass(frozen=True)
+class ContextOverflow:
+    """The longest prompt that, with ``max_tokens`` new tokens, does not fit ``limit`` tokens."""
+    prompt_tokens: int        # the longest prompt's token count
+    problem_id: str | None    # whose prompt it is
+    max_tokens: int
+    limit: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+    @property
+    def room(self) -> int:
+        """The largest budget that would fit (< 1: the prompt alone fills the context)."""
+        return self.limit - self.prompt_tokens
+
+
+def longest_prompt(prompt_ids: Mapping[str, Sequence[int]]) -> tuple[int, str | None]:
+    """(token count, problem id) of the longest of ``prompt_ids`` (problem id -> the rendered prompt's token ids);
+    (0, None) when there are none."""
+    if not prompt_ids:
+        return 0, None
+    pid = max(prompt_ids, key=lambda k: len(prompt_ids[k]))
+    return len(prompt_ids[pid]), pid
+
+
+def context_overflow(prompt_ids: Mapping[str, Sequence[int]], max_tokens: int,
+                     limit: int | None) -> ContextOverflow | None:
+    """The longest prompt plus ``max_tokens`` against ``limit`` tokens: None when it fits (or ``limit`` is None, or
+    there are no prompts), else what does not fit. The one comparison; each caller words its own message."""
+    P, pid = longest_prompt(prompt_ids)
+    if limit is None or pid is None or P + int(max_tokens) <= limit:
+        return None
+    return ContextOverflow(P, pid, int(max_tokens), int(limit))
+
+
+def check_context(what: str, prompt_ids: Mapping[str, Sequence[int]], max_tokens: int,
+                  context: tuple[int, str] | None, *, cap: int | None = None, where: str = "config.json",
+                  hint: str = "") -> None:
+    """ContextError, one line naming both numbers, unless the longest prompt plus ``max_tokens`` new tokens fits
+    the model's context: ``context`` (tokens, the config.json key that says so: ``model_context``; None: unknown,
+    only ``cap`` is checked) and ``cap`` (a smaller limit the config asks for, eval's ``max_context``).
+    A response that runs past the context is not an error any engine reports: the HF engine extrapolates the
+    positions (rotary embeddings it was not trained on), vLLM refuses at start-up or cuts the request. ``what``:
+    the argument and the benchmark, for the message; ``where``: the config.json named; ``hint``: appended to the
+    way out."""
+    limits = [(c, f"the model's context {c} ({k} in {where})") for c, k in [context] if context is not None]
+    if cap is not None:
+        limits.append((cap, f"max_context {cap}"))
+    if not limits or longest_prompt(prompt_ids)[0] == 0:
+        return
+    C, said = min(limits, key=lambda x: x[0])
+    over = context_overflow(prompt_ids, max_tokens, C)
+    if over is None:
+        return
+    fix = (f"lower --max-tokens to <= {over.room}" if over.room >= 1 else
+           f"the prompt alone fills it: drop the problem or use a model with a longer context")
+    raise ContextError(f"{what}: the longest prompt (problem {over.problem_id!r}) of {over.prompt_tokens} tokens + "
+                       f"max_tokens {max_tokens} = {over.total} > {said}; {fix}{hint}")

@@ -18,6 +18,7 @@ from scoring.benchmarks import evalplus_plus as ep, humaneval as he
 from scoring.benchmarks import livecodebench as lcb
 from scoring.code import CodeTest, extract_code, grade_code, stdout_matches
 from scoring.sandbox import isolation, run_many, run_program
+from scoring.templates import SYSTEM_PROMPT, render_prompt
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lcb"
 HUMANEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "code" / "humaneval" / "HumanEval.jsonl.gz"
@@ -137,8 +138,8 @@ def test_problem_fields_prompt_and_private_tests():
     assert s.gold["kind"] == "stdin" and "Read the inputs from stdin" in s.question and "# YOUR CODE HERE" in s.question
     assert [t["input"] for t in lcb.tests_of(s)] == ["3\n1 2 3\n", "2\n5 -7\n", "5\n1 1 1 1 1\n"]
     assert lcb.tests_of(ps["cf1850_a"])[1]["output"] == "-5\n-5\n"                        # plain-JSON private tests
-    text = lcb.render_prompt(s.question)
-    assert text.startswith(lcb.SYSTEM_PROMPT) and text.endswith(s.question)
+    text = render_prompt("lcb", s.question)
+    assert text.startswith(SYSTEM_PROMPT) and text.endswith(s.question)
 
 
 def test_private_tests_decode_without_pickle_code():

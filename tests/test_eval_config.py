@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from contracts.config import ConfigError, choices
+from contracts.samples import check_settings
 from contracts.settings import SettingsMismatch
 from eval import run
 from eval.config import EvalConfig, load_eval_config, validate
-from eval.samples import check_settings
 from inference.names import ENGINES, EngineName
 from scoring.templates import TEMPLATES
 

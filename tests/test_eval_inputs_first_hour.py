@@ -12,10 +12,12 @@ import pytest
 
 import inference
 from eval import leaderboard, run
-from eval.parallel import checkpoint_dtype, generation_dtype
+from eval.parallel import generation_dtype
+from inference.hub import checkpoint_dtype
 from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
 from tsanalysis import relay
 from tsanalysis.cli import main as tsanalysis_main
+from tsanalysis.config import RelayConfig
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +158,15 @@ def test_relay_that_fails_to_start_leaves_no_claimed_folder(tiny, tmp_path, monk
 
     monkeypatch.setattr(inference, "load_policy", broken)
     out = tmp_path / "relay"
-    kw = dict(early=str(tiny), final=str(tiny), benchmark="addition", n=2, limit=1, max_tokens=4, engine="hf",
-              log=lambda m: None)
+    kw = dict(early=str(tiny), final=str(tiny), benchmark="addition", n=2, limit=1, max_tokens=4, engine="hf")
     with pytest.raises(RuntimeError, match="the loader failed"):
-        relay.run_relay(out=out, **kw)
+        relay.run_relay(RelayConfig(out=out, **kw), log=lambda m: None)
     assert not out.exists()
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "relay_settings.json").write_text("{}")   # another run's folder: its own marker, settings differ
     with pytest.raises(relay.RelayError, match="other settings"):
-        relay.run_relay(out=kept, **kw)
+        relay.run_relay(RelayConfig(out=kept, **kw), log=lambda m: None)
     assert sorted(p.name for p in kept.iterdir()) == ["relay_settings.json"]
 
 

@@ -18,7 +18,7 @@ from scoring.math import (extract_answer, extract_boxed, extract_final, gold_par
 from scoring.grading import grade_math_many
 from scoring.pool import WorkerPool, apply, math_item, qwen_item
 from scoring.qwen import disagreements, math_equal, strip_string
-from scoring.templates import TEMPLATES, render_prompt
+from scoring.templates import MATH_TEMPLATES, TASK_TEMPLATES, TEMPLATES, render_prompt
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -273,6 +273,20 @@ def test_templates():
     with pytest.raises(ValueError, match="choose one of"):
         render_prompt("chatml", q)
     assert set(TEMPLATES) == {"raw", "qwen-math", "qwen-boxed", "r1", "lcb"}
+
+
+def test_templates_per_task_live_with_the_templates():
+    from scoring.tasks import TASKS
+    # which templates suit each training task (the trainer's preflight refuses the others)
+    assert TASK_TEMPLATES == {"code": ("lcb",), "math": ("qwen-math", "qwen-boxed", "r1"), "addition": ("raw",),
+                              "countdown": ("raw",), "minicode": ("raw",)}
+    assert TASK_TEMPLATES["math"] is MATH_TEMPLATES and set(TASKS) < set(TASK_TEMPLATES)
+    assert {t for ts in TASK_TEMPLATES.values() for t in ts} == set(TEMPLATES)
+    # eval's default per benchmark is one of them: math benchmarks qwen-math, the embedded tasks raw
+    for name in MATH_BENCHMARKS:
+        assert get_benchmark(name).default_template in TASK_TEMPLATES["math"]
+    for name in TASKS:
+        assert get_benchmark(name).default_template in TASK_TEMPLATES[name]
 
 
 def test_qwen_boxed_uses_the_chat_template():

@@ -21,6 +21,7 @@ from inference.protocol import TOP_K_OFF, resolve_top_k
 from inference.tiny import save_tiny
 from scoring.benchmarks import get_benchmark
 from tsanalysis.cli import main as relay_cli
+from tsanalysis.config import RelayConfig
 from tsanalysis.errors import RelayError
 from tsanalysis.relay import run_relay
 
@@ -303,8 +304,8 @@ def test_results_record_top_k_and_a_file_without_it_reads_as_off(tiny_model, tmp
 
 def _relay(early, final, out, **kw):
     args = dict(early=str(early), final=str(final), benchmark="addition", n=2, cut=0.5, max_tokens=8, seed=3,
-                limit=2, engine="hf", out=out, batch_problems=1, log=lambda s: None)
-    return run_relay(**{**args, **kw})
+                limit=2, engine="hf", out=out, batch_problems=1)
+    return run_relay(RelayConfig(**{**args, **kw}), log=lambda s: None)
 
 
 def test_relay_checks_the_context_and_records_top_k(short_model, tiny_model, tmp_path):

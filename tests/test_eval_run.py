@@ -22,8 +22,8 @@ from eval.report import format_report
 from inference.tiny import save_tiny
 from eval.leaderboard import build_leaderboard, lm_eval_entries, render_markdown, write_leaderboard
 from contracts.passk import k_grid
+from contracts.samples import read_samples, repair
 from eval.metrics import compare, summarize
-from eval.samples import read_samples, repair
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MATH500 = DATA / "math" / "math500" / "test.jsonl"

@@ -2,8 +2,8 @@
 entropy per benchmark kind, the crossover k, the relay folder as a model, the likelihood of one model's correct
 samples under another (tiny models), the CLI's Parquet/CSV, the figure and the notebook.
 
-The eval results folder is hand-made with eval's own row writer (``eval.samples.make_row``) and the embedded
-tasks' graders: 4 addition problems, n = 4, models base / early / final with correct counts
+The eval results folder is hand-made with the sample file's own row writer (``contracts.samples.make_row``) and
+the embedded tasks' graders: 4 addition problems, n = 4, models base / early / final with correct counts
 
     base  [1, 2, 0, 4]      early [2, 2, 1, 4]      final [4, 0, 0, 4]
 
@@ -23,10 +23,11 @@ import pandas as pd
 import pytest
 
 from contracts.passk import paired_bootstrap
-from eval.samples import append_row, make_row
+from contracts.samples import append_row, make_row
 from scoring.benchmarks import get_benchmark
 from scoring.benchmarks.base import Problem, Verdict
 from tsanalysis import cli
+from tsanalysis.config import SupportConfig
 from tsanalysis.core import support as S
 from tsanalysis.errors import UsageError
 from tsanalysis.support import graded_row, program_key, support_tables
@@ -118,8 +119,8 @@ def eval_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tables(eval_dir) -> dict[str, pd.DataFrame]:
-    return support_tables(eval_dir, models=["base", "early", "final"], relay=eval_dir.parent / "relay",
-                          log=lambda m: None)
+    return support_tables(SupportConfig(eval_dir=eval_dir, models=["base", "early", "final"],
+                                        relay=eval_dir.parent / "relay"), log=lambda m: None)
 
 
 def _row(df: pd.DataFrame, **where) -> pd.Series:
@@ -272,15 +273,15 @@ def test_ungraded_samples_are_left_out_aligned():
 # ---- input errors ----------------------------------------------------------------------------------------------
 def test_bad_input_is_refused_before_anything_runs(eval_dir, tmp_path):
     with pytest.raises(UsageError, match="no results for nope"):
-        support_tables(eval_dir, models=["base", "nope"])
+        support_tables(SupportConfig(eval_dir=eval_dir, models=["base", "nope"]))
     with pytest.raises(UsageError, match="two or more models"):
-        support_tables(eval_dir, models=["base"])
+        support_tables(SupportConfig(eval_dir=eval_dir, models=["base"]))
     with pytest.raises(UsageError, match="no such folder"):
-        support_tables(tmp_path / "missing")
+        support_tables(SupportConfig(eval_dir=tmp_path / "missing"))
     with pytest.raises(UsageError, match="not a relay folder"):
-        support_tables(eval_dir, models=["base", "final"], relay=tmp_path)
+        support_tables(SupportConfig(eval_dir=eval_dir, models=["base", "final"], relay=tmp_path))
     with pytest.raises(UsageError, match="--paths names other"):
-        support_tables(eval_dir, models=["base", "final"], paths={"other": "x"})
+        support_tables(SupportConfig(eval_dir=eval_dir, models=["base", "final"], paths={"other": "x"}))
 
 
 # ---- the command -----------------------------------------------------------------------------------------------
@@ -333,8 +334,8 @@ def test_likelihood_of_correct_samples_under_each_loadable_model(tmp_path):
              "final": str(save_tiny(tmp_path / "m-final", "1m", seed=1)), "early": str(tmp_path / "not-a-model")}
     root = make_eval_dir(tmp_path / "eval", model_paths=paths)
     notes = []
-    t = support_tables(root, models=["base", "early", "final"], benchmarks=["addition"], likelihood=True,
-                       likelihood_samples=2, log=notes.append)
+    t = support_tables(SupportConfig(eval_dir=root, models=["base", "early", "final"], benchmarks=["addition"],
+                                     likelihood=True, likelihood_samples=2), log=notes.append)
     lk = t["likelihood"]
     assert any("early skipped" in n for n in notes)
     assert set(lk["scored_by"]) == {"base", "final"} and set(lk["samples_of"]) == {"base", "early", "final"}
@@ -363,8 +364,8 @@ def test_likelihood_of_correct_samples_under_each_loadable_model(tmp_path):
         assert math.isnan(r_own["vs_self"])
         assert r_other["vs_self"] == pytest.approx(r_other["logp_mean"] - r_own["logp_mean"], abs=1e-9)
     with pytest.raises(UsageError, match="--paths early="):
-        support_tables(root, models=["base", "early"], likelihood=True, paths={"early": str(tmp_path / "nothing")},
-                       log=lambda m: None)
+        support_tables(SupportConfig(eval_dir=root, models=["base", "early"], likelihood=True,
+                                     paths={"early": str(tmp_path / "nothing")}), log=lambda m: None)
 
 
 # ---- the notebook ----------------------------------------------------------------------------------------------

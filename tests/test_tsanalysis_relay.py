@@ -12,12 +12,13 @@ import pytest
 import inference
 import scoring.tasks.addition as addition
 from conftest import TASK_KWARGS
+from contracts.files import atomic_write_jsonl
 from contracts.passk import pass_at_k
 from inference.tiny import build_tokenizer, save_tiny
 from scoring.tasks import get_task
-from scoring.tasks.make import write_jsonl
 from tsanalysis import relay
 from tsanalysis.cli import main
+from tsanalysis.config import RelayConfig
 
 N = 8              # samples per problem and set
 P = 6              # problems
@@ -35,14 +36,14 @@ def ckpts(tmp_path_factory, sft_policy_dir):
 def problems(tmp_path_factory):
     """P held-out problems of the warm-up's difficulty, as a ``--problems`` file for the addition benchmark."""
     rows = get_task("addition").make_examples(P, seed=4242, **TASK_KWARGS)
-    return write_jsonl(rows, tmp_path_factory.mktemp("problems") / "addition_1-2.jsonl"), rows
+    return atomic_write_jsonl(tmp_path_factory.mktemp("problems") / "addition_1-2.jsonl", rows), rows
 
 
 def _run(ckpts, problems, out, **kw):
     args = dict(early=str(ckpts[0]), final=str(ckpts[1]), benchmark="addition", problems=str(problems[0]), n=N,
-                cut=0.5, max_tokens=MAX_TOKENS, seed=3, engine="hf", out=out, batch_problems=1, log=lambda s: None)
+                cut=0.5, max_tokens=MAX_TOKENS, seed=3, engine="hf", out=out, batch_problems=1)
     args.update(kw)
-    return relay.run_relay(**args)
+    return relay.run_relay(RelayConfig(**args), log=lambda s: None)
 
 
 def _jsonl(path):
@@ -228,7 +229,8 @@ def test_usage_errors_exit_2_before_any_model_loads(ckpts, tmp_path, monkeypatch
         assert main(base + extra) == 2, extra
         assert msg in capsys.readouterr().err, extra
     with pytest.raises(relay.RelayError, match="engine must be one of"):
-        relay.run_relay(early=str(ckpts[0]), final=str(ckpts[1]), benchmark="addition", engine="tpu", out=tmp_path)
+        relay.run_relay(RelayConfig(early=str(ckpts[0]), final=str(ckpts[1]), benchmark="addition", engine="tpu",
+                                    out=tmp_path))
 
 
 # ---- pure pieces ---------------------------------------------------------------------------------------------------

@@ -300,12 +300,13 @@ def test_best_is_the_argmax_and_survives_retention(validated_run):
 
 
 def test_relay_accepts_the_best_link_as_its_final_checkpoint(validated_run, tmp_path):
+    from tsanalysis.config import RelayConfig
     from tsanalysis.relay import run_relay
     run, _ = validated_run
-    tables, _, settings = run_relay(early=str(run / "checkpoints" / "step_000005"),
-                                    final=str(run / "checkpoints" / "best"), benchmark="addition", n=2,
-                                    max_tokens=16, temperature=1.0, limit=3, engine="hf", out=tmp_path / "relay",
-                                    log=lambda m: None)
+    tables, _, settings = run_relay(RelayConfig(early=str(run / "checkpoints" / "step_000005"),
+                                                final=str(run / "checkpoints" / "best"), benchmark="addition", n=2,
+                                                max_tokens=16, temperature=1.0, limit=3, engine="hf",
+                                                out=tmp_path / "relay"), log=lambda m: None)
     assert (tmp_path / "relay" / "results.jsonl").is_file()
 
 

@@ -130,6 +130,7 @@ def eval_and_relay(out: Path) -> dict:
     continuations whichever engine decodes."""
     from eval.config import EvalConfig
     from eval.run import run_eval
+    from tsanalysis.config import RelayConfig
     from tsanalysis.relay import run_relay
     tok = build_tokenizer()
     for name, seed in (("early", 0), ("final", 1)):
@@ -140,9 +141,9 @@ def eval_and_relay(out: Path) -> dict:
                                  n=2, temperature=0.0, max_tokens=24, limit=6, engine=engine, progress=False),
                       log=lambda m: None)
         rows = [json.loads(line) for line in (out / f"eval_{engine}" / "final" / "addition.jsonl").open()]
-        tables, _, settings = run_relay(early=str(out / "early"), final=str(out / "final"), benchmark="addition",
-                                        n=2, max_tokens=24, temperature=0.0, limit=4, engine=engine,
-                                        out=out / f"relay_{engine}", log=lambda m: None)
+        tables, _, settings = run_relay(RelayConfig(early=str(out / "early"), final=str(out / "final"),
+                                                    benchmark="addition", n=2, max_tokens=24, temperature=0.0, limit=4,
+                                                    engine=engine, out=out / f"relay_{engine}"), log=lambda m: None)
         relay_rows = [json.loads(line) for line in (out / f"relay_{engine}" / "results.jsonl").open()]
         res[engine] = {"responses": [r["responses"] for r in rows], "verdicts": [r["verdicts"] for r in rows],
                        "settings_engine": settings["args"].get("engine_used"),

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from contracts.files import atomic_write_jsonl
-from inference.hub import config_context
+from inference.hub import config_context, context_overflow
 from scoring.benchmarks import Benchmark, Problem, get_benchmark
 from scoring.benchmarks.protocol import encode_prompts, grade_responses, sample_seed, scores
 from scoring.grading import GRADE_TIMEOUT_S
@@ -136,18 +136,18 @@ def engine_context(cfg: Config, model, engine: str) -> int | None:
 
 def encode(plan: list[BenchPlan], tokenizer, *, context: int | None) -> None:
     """Render and tokenize every prompt (``scoring.benchmarks.protocol.encode_prompts``); ValidationError when the
-    longest prompt plus ``max_tokens`` exceeds ``context``, before the first step."""
+    longest prompt plus ``max_tokens`` exceeds ``context`` (``inference.hub.context_overflow``, the comparison eval
+    and the relay make), before the first step."""
     for bp in plan:
         bp.prompts, bp.ids = encode_prompts(bp.settings["template"], bp.problems, tokenizer)
-        longest = max(len(x) for x in bp.ids)
-        need = longest + bp.settings["max_tokens"]
-        if context is not None and need > context:
+        over = context_overflow({p.id: ids for p, ids in zip(bp.problems, bp.ids)}, bp.settings["max_tokens"], context)
+        if over is not None:
             raise ValidationError(
-                f"val_benchmarks: {bp.bench.name}'s longest prompt is {longest} tokens (template "
-                f"{bp.settings['template']}); with max_tokens {bp.settings['max_tokens']} it needs {need} tokens, more "
-                f"than the engine's {context} (vllm_max_model_len, else max_prompt_tokens + max_response_tokens for "
+                f"val_benchmarks: {bp.bench.name}'s longest prompt is {over.prompt_tokens} tokens (template "
+                f"{bp.settings['template']}); with max_tokens {over.max_tokens} it needs {over.total} tokens, more "
+                f"than the engine's {over.limit} (vllm_max_model_len, else max_prompt_tokens + max_response_tokens for "
                 f"vLLM; the model's max_position_embeddings for hf): lower val_max_tokens to "
-                f"{max(1, context - longest)} or raise vllm_max_model_len")
+                f"{max(1, over.room)} or raise vllm_max_model_len")
 
 
 def samples_dir(run_dir: Path, step: int) -> Path:

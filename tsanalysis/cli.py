@@ -3,25 +3,28 @@
     tsanalysis positions  RUN_DIR [--steps a:b] [--bins 10] [--loss-tokens-only] [--out DIR]
     tsanalysis truncation RUN_DIR [--steps a:b] [--top 30] [--out DIR]
     tsanalysis support    --eval-dir DIR [--models A,B,...] [--benchmarks a,b] [--relay DIR] [--likelihood]
-                          [--paths A=PATH,...] [--likelihood-samples 8] [--out DIR]
+                          [--paths A=PATH,...] [--likelihood-samples 8] [--out DIR] [--config FILE]
     tsanalysis zero-adv   RUN_DIR [--steps a:b] [--out DIR]
     tsanalysis zero-adv   --p 0.1,0.5 --G 8 [--simulate N] [--seed S] [--seed-probs 0.1,0.9] [--out DIR]
     tsanalysis mismatch   RUN_DIR [--steps a:b] [--bins 10] [--width 64] [--thresholds 0.01,0.1,1]
                           [--relative-to seed|response] [--out DIR]
     tsanalysis seeds      RUN_DIR [--steps a:b] [--bins 5] [--width 64] [--out DIR]
     tsanalysis relay      --early CKPT_A --final CKPT_B --benchmarks NAME [--problems FILE] [--n 64] [--cut 0.5]
-                          [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--seed S] [--limit K]
+                          [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--top-k 0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
-                          [--allow-unisolated]
+                          [--allow-unisolated] [--config FILE]
 
 Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json); the
 relay's pass@k, the truncation shares and the seeds' values print as percentages (lifts in points), the files
 keep fractions. ``--benchmarks`` is eval.run's flag (one name here: a relay folder holds one benchmark);
-``--benchmark`` still works, the old spelling.
+``--benchmark`` still works, the old spelling. ``relay`` and ``support`` each read one validated config
+(``tsanalysis.config.RelayConfig``, ``SupportConfig``): their flags are generated from its fields (one per field,
+the field's help), over an optional ``--config FILE`` (a flat YAML mapping of the fields).
 This module is only the command line: the analyses are ``tsanalysis.tables`` (functions returning DataFrames,
-for scripts, figures and tests) and ``tsanalysis.relay.run_relay``. Exit status (``contracts.commands``, the
-grammar every command shares): bad input raises ``tsanalysis.errors.UsageError`` or ``tsanalysis.io.RecordsError``,
-printed here as one ``error:`` line without a traceback (exit 2); a failure inside a command is one line, exit 1
+for scripts, figures and tests), ``tsanalysis.relay.run_relay(cfg)`` and ``tsanalysis.support.support_tables(cfg)``.
+Exit status (``contracts.commands``, the grammar every command shares): bad input raises
+``tsanalysis.errors.UsageError``, ``tsanalysis.io.RecordsError`` or ``contracts.config.ConfigError``, printed here
+as one ``error:`` line without a traceback (exit 2); a failure inside a command is one line, exit 1
 (``THINKING_SEEDS_DEBUG=1`` prints the traceback); Ctrl-C exits 130 and SIGTERM 143, with one line (the relay's
 JSONL files keep every finished chunk, and the same command resumes from them).
 """
@@ -36,10 +39,11 @@ from typing import Sequence
 import pandas as pd
 
 from contracts.commands import EXIT_CODES_HELP, pct, points, run_command
+from contracts.config import ConfigError, to_dict
 from contracts.records import parse_step_range
-from inference.names import ENGINES
 
 from . import io
+from .config import RelayConfig, SupportConfig, add_flags, from_flags, validate_relay, validate_support
 from .core import truncation as TR
 from .errors import UsageError
 from .tables import (lemma4_tables, mismatch_tables_for_run, positions_tables, seeds_tables, truncation_tables,
@@ -147,11 +151,13 @@ def format_support(t: dict[str, pd.DataFrame]) -> str:
 def _cmd_support(args) -> None:
     from .support import support_tables   # reads eval's files; torch only with --likelihood
 
-    tables = support_tables(args.eval_dir, models=args.models, benchmarks=args.benchmarks, relay=args.relay,
-                            likelihood=args.likelihood, paths=args.paths, likelihood_samples=args.likelihood_samples)
+    cfg = from_flags(SupportConfig, args)
+    validate_support(cfg)
+    tables = support_tables(cfg)
     print(format_support(tables))
-    out = Path(args.out) if args.out else io.default_out(io.run_name(args.eval_dir), "support")
-    settings = {**_settings(args), "eval_dir": str(Path(args.eval_dir).resolve())}
+    out = Path(cfg.out) if cfg.out else io.default_out(io.run_name(cfg.eval_dir), "support")
+    settings = {"command": args.command, "args": {"command": args.command, **to_dict(cfg)},
+                "eval_dir": str(Path(cfg.eval_dir).resolve())}
     paths = io.write_results(out, tables, settings)
     print(f"\nwrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths))
 
@@ -228,14 +234,11 @@ def _cmd_seeds(args) -> None:
 
 
 def _cmd_relay(args) -> None:
+    cfg = from_flags(RelayConfig, args)
+    validate_relay(cfg)   # before the relay's imports: a bad flag answers at once
     from .relay import run_relay   # imports torch/transformers when called: only this command needs them
 
-    tables, out_dir, settings = run_relay(
-        early=args.early, final=args.final, benchmark=args.benchmark, problems=args.problems, n=args.n,
-        cut=args.cut, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-        seed=args.seed,
-        limit=args.limit, engine=args.engine, template=args.template, out=args.out,
-        batch_problems=args.batch_problems, allow_unisolated=args.allow_unisolated)
+    tables, out_dir, settings = run_relay(cfg)
     print(format_passk(tables["relay_passk"]))
     paths = io.write_results(out_dir, tables, settings)
     print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
@@ -255,23 +258,6 @@ def _positive_floats(text: str) -> list[float]:
     if not v or any(not x > 0 for x in v):
         raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
     return v
-
-
-def _names(text: str) -> list[str]:
-    v = [x.strip() for x in text.split(",") if x.strip()]
-    if not v:
-        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
-    return v
-
-
-def _pairs(text: str) -> dict[str, str]:
-    out = {}
-    for part in _names(text):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise argparse.ArgumentTypeError(f"expected NAME=PATH pairs separated by commas, got {text!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _nonneg_int(text: str) -> int:
@@ -320,20 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("support", help="problems gained / lost / kept per k, crossover k, distinct answers and "
                                        "entropy, cross-model likelihood, over an eval.run results folder")
-    p.add_argument("--eval-dir", required=True, help="python -m eval.run's --out folder (<model>/<benchmark>.jsonl)")
-    p.add_argument("--models", type=_names, default=None, metavar="A,B,...",
-                   help="models to compare, earlier to later (default: every model folder by name; 'relay' places "
-                        "the --relay folder)")
-    p.add_argument("--benchmarks", type=_names, default=None, metavar="a,b", help="only these benchmarks")
-    p.add_argument("--relay", default=None, metavar="DIR", help="a tsanalysis relay folder: its relay samples are "
-                                                                "one more model, 'relay'")
-    p.add_argument("--likelihood", action="store_true",
-                   help="score each model's correct samples under every loadable model (needs the checkpoints)")
-    p.add_argument("--paths", type=_pairs, default=None, metavar="A=PATH,...",
-                   help="model folders for --likelihood (default: the model_path the results record)")
-    p.add_argument("--likelihood-samples", type=_positive_int, default=8, metavar="N",
-                   help="correct samples scored per problem and model (default 8)")
-    p.add_argument("--out", default=None, help="output folder (default results/analysis/<eval dir>/support/)")
+    add_flags(p, SupportConfig)
     p.set_defaults(func=_cmd_support)
 
     p = sub.add_parser("zero-adv", help="zero-advantage groups: observed vs Lemma 4, or the pure Lemma 4 table")
@@ -365,33 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues",
                        epilog=EXIT_CODES_HELP)
-    p.add_argument("--early", required=True, help="early checkpoint (a Hugging Face model directory, e.g. "
-                                                  "runs/NAME/checkpoints/step_N, or a hub id)")
-    p.add_argument("--final", required=True, help="final checkpoint")
-    p.add_argument("--benchmarks", "--benchmark", dest="benchmark", default=None, metavar="NAME",
-                   help="benchmark name from scoring.benchmarks (one: a relay folder holds one benchmark): its problems, "
-                        "grader and default template (--benchmark: the old spelling, still accepted)")
-    p.add_argument("--problems", default=None,
-                   help="problems file (JSONL) read by the benchmark's loader instead of its default problems")
-    p.add_argument("--n", type=_positive_int, default=64, help="samples per problem (relay and final-only each)")
-    p.add_argument("--cut", type=float, default=0.5, help="prefix = first floor(cut*len) tokens of the early response")
-    p.add_argument("--max-tokens", type=_positive_int, default=None, help="response budget (default: benchmark's)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, >= 0 (0 is greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1]")
-    p.add_argument("--top-k", type=int, default=0,
-                   help="keep the k most likely tokens before top-p; 0 or -1: off (default; recorded as 0)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=_positive_int, default=None, help="only the first K problems")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="rollout engine; the resolved one and the dtype (the final checkpoint's) are recorded in "
-                        "relay_settings.json, and a resume with others is refused")
-    p.add_argument("--template", default=None, help="prompt template (default: the benchmark's)")
-    p.add_argument("--batch-problems", type=_positive_int, default=8,
-                   help="problems per generate call (n samples each); part of the sampling seed")
-    p.add_argument("--out", default=None, help="output folder (default results/analysis/<final run>/relay/<tag>/)")
-    p.add_argument("--allow-unisolated", action="store_true",
-                   help="a code benchmark: grade even where the sandbox is not fully isolated (not root, no unshare: "
-                        "programs then run as this user, outside a jail); refused otherwise (exit 2)")
+    add_flags(p, RelayConfig)
     p.set_defaults(func=_cmd_relay)
     return ap
 
@@ -400,7 +347,7 @@ def _kept(args) -> str | None:
     """What an interrupted or failed command leaves that the same command continues from (the relay's JSONL)."""
     if args.command != "relay":
         return None
-    where = args.out or "its folder (results/analysis/<final run>/relay/<tag>/)"
+    where = getattr(args, "out", None) or "its folder (results/analysis/<final run>/relay/<tag>/)"
     return f"the relay's prefixes.jsonl and results.jsonl in {where} keep every finished chunk"
 
 
@@ -417,8 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args._steps = parse_step_range(getattr(args, "steps", None))
     except ValueError as e:
         ap.error(str(e))
-    # bad input: io.RecordsError, UsageError (tsanalysis.errors.RelayError is one): one line, exit 2
-    return run_command(lambda: args.func(args), input_errors=(io.RecordsError, UsageError),
+    # bad input: io.RecordsError, UsageError (tsanalysis.errors.RelayError is one), a config file's ConfigError:
+    # one line, exit 2
+    return run_command(lambda: args.func(args), input_errors=(io.RecordsError, UsageError, ConfigError),
                        resume=lambda: _resume(args), kept=lambda: _kept(args))
 
 

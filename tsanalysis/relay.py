@@ -11,11 +11,11 @@ For every problem and each of n samples:
    max_position_embeddings, ``inference.hub.model_context``), or the run is refused before any model loads;
 4. independently, the final checkpoint samples n final-only responses from the prompt.
 
-All three sets (early-only, relay, final-only) are graded with the benchmark's grader through eval's batch grader
-(``eval.grading.grade_responses``, the one ``eval.run`` uses: math in a process pool with a hard per-item limit, a
-grader that fails is ``timeout``/``grader_error`` and never correct), and pass@k (unbiased
-estimator, ``contracts.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals of the
-relay − final-only difference over problems (Figure 2 plots that difference).
+All three sets (early-only, relay, final-only) are graded with the benchmark's grader through the one batch grader
+(``scoring.benchmarks.protocol.grade_responses``, the one ``eval.run`` and the trainer's validation use: math in a
+process pool with a hard per-item limit, a grader that fails is ``timeout``/``grader_error`` and never correct), and
+pass@k (unbiased estimator, ``contracts.passk``) is reported for k = 1, 2, 4, …, n with paired bootstrap intervals
+of the relay − final-only difference over problems (Figure 2 plots that difference).
 
 Sampling seeds are derived per chunk of problems (``batch_problems`` per generate call) from ``--seed`` and the
 chunk's problem ids; the relay continuation and the final-only call of a chunk use the SAME seed, so with
@@ -35,14 +35,19 @@ both checkpoints generate in the final checkpoint's dtype; ``contracts.settings.
 different settings, another engine or dtype included, is refused, and so is a non-empty folder without that file;
 a folder written before engine and dtype were recorded is taken to match, one written before top-k was recorded
 reads as top-k off). Sampling is temperature, then top-k (``top_k``; 0 or -1: off), then top-p, in every phase.
-``run_relay`` returns the tables ``relay_problems`` and ``relay_passk`` with their settings; its callers (the
-``tsanalysis relay`` command, the demo) write them with ``tsanalysis.io.write_results`` (Parquet + CSV and
-``settings.json``). Bad input raises ``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is
-loaded and before the output folder is claimed: sampling values, the checkpoints' files
-(``eval.inputs.check_model``: a training run folder is named with its newest checkpoint; missing weights or
-tokenizer, a truncated safetensors file), the problems, an output path that is a file. A folder claimed by a run
-whose first model then fails to load is removed again when it holds nothing else. This module is a library: the
-command line is ``tsanalysis.cli``.
+
+``run_relay(cfg)`` takes one ``tsanalysis.config.RelayConfig`` and returns the tables ``relay_problems`` and
+``relay_passk`` with their settings; its callers (the ``tsanalysis relay`` command, the demo) write them with
+``tsanalysis.io.write_results`` (Parquet + CSV and ``settings.json``). It runs in phases, each its own function:
+``_plan`` (resolve and check every input), ``_claim`` (the folder), ``_early_phase`` (the early checkpoint's
+responses, cut into prefixes), ``_final_phase`` (``_continue``: the final checkpoint continues them and samples the
+final-only responses; both graded by ``_Grader``), ``_tables`` (per problem, pass@k). Bad input raises
+``RelayError`` (``tsanalysis.errors``; a ``UsageError``) before any model is loaded and before the output folder is
+claimed: the config (``tsanalysis.config.validate_relay``: sampling values, one benchmark), the checkpoints' files
+(``inference.hub.resolve_checked_model``: a training run folder is named with its newest checkpoint; missing weights
+or tokenizer, a truncated safetensors file), the problems, an output path that is a file, the tokenizers, the
+context. A folder claimed by a run whose first model then fails to load is removed again when it holds nothing
+else. This module is a library: the command line is ``tsanalysis.cli``.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import json
 import math
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -60,9 +66,11 @@ import pandas as pd
 
 from contracts.files import atomic_write_text
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
+from contracts.sampling import resolve_top_k
 from contracts.settings import SettingsMismatch, claim_folder
 
 from . import io
+from .config import RelayConfig, relay_benchmark, validate_relay
 from .errors import RelayError
 
 __all__ = ["RelayError", "cut_prefix", "tokenizer_mismatch", "check_same_tokenizer", "derive_seed", "pass_k_table",
@@ -72,7 +80,7 @@ SETTINGS_FILE = "relay_settings.json"   # the settings the folder's JSONL files 
 IDENTITY_KEYS = ("early", "final", "benchmark", "problems", "template", "n", "cut", "max_tokens", "temperature",
                  "top_p", "top_k", "seed", "batch_problems", "engine", "dtype")
 # how the samples were generated (the resolved engine, hf or vllm, and the dtype): one folder holds one engine's
-# samples in one precision, as an eval.run results file does (eval.samples.GENERATION_SETTINGS). A folder written
+# samples in one precision, as an eval.run results file does (contracts.samples.GENERATION_SETTINGS). A folder written
 # before they were recorded says nothing about them; it is taken to match (refusing it could be wrong).
 GENERATION_KEYS = ("engine", "dtype")
 # a sampling setting recorded from a later version, and what a folder written before stands for: top-k was off
@@ -177,34 +185,7 @@ def _append_jsonl(path: Path, recs: list[dict]) -> None:
 
 
 # ---- orchestration ---------------------------------------------------------------------------------------------
-def _load_problems(benchmark: str | None, problems: str | None, limit: int | None):
-    from scoring.benchmarks import get_benchmark
-
-    if benchmark is None:
-        raise RelayError("relay needs --benchmarks NAME (its problems, grader and template); --problems FILE then "
-                         "replaces the benchmark's problems with the file's, read by that benchmark's loader")
-    if "," in benchmark:
-        raise RelayError(f"--benchmarks {benchmark}: the relay takes one benchmark (a relay folder holds one); run it "
-                         f"once per benchmark, each with its own --out")
-    try:
-        bench = get_benchmark(benchmark)
-    except (ValueError, ImportError) as e:
-        raise RelayError(str(e)) from None
-    name = benchmark
-    if problems is not None and not Path(problems).is_file():
-        raise RelayError(f"problems file '{problems}' does not exist")
-    try:
-        probs = bench.load(path=problems)
-    except (ValueError, OSError, RuntimeError) as e:   # a malformed line names FILE:LINE
-        raise RelayError(f"{name}: {e}") from None
-    if limit is not None:
-        probs = probs[:limit]
-    if not probs:
-        raise RelayError(f"no problems loaded from {problems or name}")
-    ids = [str(p.id) for p in probs]
-    if len(set(ids)) != len(ids):
-        raise RelayError(f"problem ids are not unique in {problems or name}; resume and pairing need unique ids")
-    return bench, probs
+PREFIXES, RESULTS = "prefixes.jsonl", "results.jsonl"   # phase A's records, phase B's (one line per problem each)
 
 
 def _free_memory() -> None:
@@ -235,227 +216,332 @@ def _unclaimed_on_error(out_dir: Path, claimed: bool):
         raise
 
 
-def run_relay(*, early: str, final: str, benchmark: str | None = None, problems: str | None = None, n: int = 64,
-              cut: float = 0.5, max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
-              top_k: int = 0, seed: int = 0, limit: int | None = None, engine: str = "auto",
-              template: str | None = None, out: str | os.PathLike | None = None, batch_problems: int = 8,
-              allow_unisolated: bool = False,
-              log: Callable[[str], None] = print) -> tuple[dict[str, pd.DataFrame], Path, dict]:
-    """Run (or resume) relay inference; returns (tables, out_dir, settings). See the module docstring.
-    ``allow_unisolated``: grade a code benchmark even where the sandbox is not fully isolated (refused otherwise,
-    ``scoring.sandbox.check_isolation``)."""
+@dataclass
+class _Plan:
+    """What the phases share, resolved and checked before any model loads or the folder is claimed (``_plan``)."""
+
+    cfg: RelayConfig
+    sources: dict                 # "early" / "final" -> inference.hub.ModelSource (files checked)
+    engine: str                   # the resolved engine: hf | vllm
+    dtype: str                    # both checkpoints generate in the final one's
+    top_k: int                    # resolved (0: off)
+    bench: object                 # scoring.benchmarks.base.Benchmark
+    problems: list                # the selected problems
+    template: str
+    max_tokens: int
+    out_dir: Path
+    tok: object                   # the final checkpoint's tokenizer (the early one's is the same)
+    prompt_ids: dict[str, list[int]]   # problem id -> the rendered prompt's token ids
+
+    @property
+    def sampling(self) -> dict:
+        """Every generate call's sampling: temperature, then top-k, then top-p."""
+        return {"temperature": self.cfg.temperature, "top_p": self.cfg.top_p, "top_k": self.top_k}
+
+    @property
+    def engine_kw(self) -> dict:
+        """vLLM's KV cache holds the longest prompt plus its budget (a relay row is prompt + prefix + continuation)."""
+        if self.engine != "vllm":
+            return {}
+        return {"max_model_len": max(len(x) for x in self.prompt_ids.values()) + self.max_tokens,
+                "model_path": self.sources["early"].path}
+
+    @property
+    def device(self) -> str | None:
+        import torch
+
+        return "cuda" if self.engine == "hf" and torch.cuda.is_available() else None
+
+    def identity(self) -> dict:
+        """The settings the folder's JSONL files belong to (``IDENTITY_KEYS``); a checkpoint is its folder's absolute
+        path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)."""
+        c = self.cfg
+        return {"early": self.sources["early"].identity, "final": self.sources["final"].identity,
+                "benchmark": self.bench.name, "problems": str(Path(c.problems).resolve()) if c.problems else None,
+                "template": self.template, "n": c.n, "cut": c.cut, "max_tokens": self.max_tokens,
+                "temperature": c.temperature, "top_p": c.top_p, "top_k": self.top_k, "seed": c.seed,
+                "batch_problems": c.batch_problems, "engine": self.engine, "dtype": self.dtype}
+
+
+def _load_problems(benchmark: str | None, problems: str | None, limit: int | None):
+    from scoring.benchmarks import get_benchmark
+
+    name = relay_benchmark(benchmark)   # given, and only one
+    try:
+        bench = get_benchmark(name)
+    except (ValueError, ImportError) as e:
+        raise RelayError(str(e)) from None
+    if problems is not None and not Path(problems).is_file():
+        raise RelayError(f"problems file '{problems}' does not exist")
+    try:
+        probs = bench.load(path=problems)
+    except (ValueError, OSError, RuntimeError) as e:   # a malformed line names FILE:LINE
+        raise RelayError(f"{name}: {e}") from None
+    if limit is not None:
+        probs = probs[:limit]
+    if not probs:
+        raise RelayError(f"no problems loaded from {problems or name}")
+    ids = [str(p.id) for p in probs]
+    if len(set(ids)) != len(ids):
+        raise RelayError(f"problem ids are not unique in {problems or name}; resume and pairing need unique ids")
+    return bench, probs
+
+
+def _check_models(cfg: RelayConfig) -> dict:
+    """"early" / "final" -> where its files are (a folder, or a hub id's snapshot in the Hugging Face cache), checked
+    (``inference.hub.resolve_checked_model``: a run folder, missing weights or tokenizer, a truncated safetensors)."""
+    from inference.hub import ModelSourceError, resolve_checked_model
+
+    sources = {}
+    for name, spec in (("early", cfg.early), ("final", cfg.final)):
+        try:
+            sources[name] = resolve_checked_model(spec, what=f"--{name}")
+        except ModelSourceError as e:
+            raise RelayError(str(e)) from None
+    return sources
+
+
+def _out_dir(cfg: RelayConfig, bench) -> Path:
+    """``--out``, or results/analysis/<final run>/relay/<tag>/; RelayError when it is a file."""
+    early, final = cfg.early, cfg.final
+    tag = (f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}"
+           f"-cut{cfg.cut:g}")
+    out_dir = Path(cfg.out) if cfg.out is not None else io.default_out(io.run_name(final), "relay") / tag
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RelayError(f"{'--out' if cfg.out is not None else 'the output folder'} {out_dir} is a file, not a "
+                         f"folder; choose another --out")
+    return out_dir
+
+
+def _encode_prompts(cfg: RelayConfig, sources: dict, template: str, problems) -> tuple[object, dict[str, list[int]]]:
+    """(the final checkpoint's tokenizer, problem id -> prompt token ids); RelayError when the two checkpoints'
+    tokenizers differ (token ids are handed from one to the other) or a rendered prompt is empty."""
     from transformers import AutoTokenizer
 
-    from inference import load_policy, make_sampler, resolve_engine
-    from eval.grading import grade_responses
-    from eval.inputs import EvalInputError, check_context, check_model
-    from eval.parallel import checkpoint_dtype
-    from inference.hub import model_context
-    from inference.protocol import resolve_top_k
-    from scoring.grading import GRADE_TIMEOUT_S
-    from scoring.math import MATH_MEMORY_MB
-    from scoring.pool import WorkerPool, apply
-    from scoring.sandbox import SandboxError, check_isolation
     from scoring.templates import render_prompt
 
-    # -- everything that can fail cheaply, before a model is loaded and before the output folder is claimed --
-    if not 0.0 <= cut <= 1.0:
-        raise RelayError(f"--cut must lie in [0, 1], got {cut}")
-    if n < 1 or batch_problems < 1:
-        raise RelayError("--n and batch_problems must be positive")
-    if not temperature >= 0:   # NaN too
-        raise RelayError(f"--temperature must be >= 0, got {temperature} (0 is greedy)")
-    if not 0 < top_p <= 1:
-        raise RelayError(f"--top-p must lie in (0, 1], got {top_p}")
     try:
-        top_k = resolve_top_k(top_k)
-    except ValueError as e:
-        raise RelayError(f"--top-k: {e}") from None
-    if max_tokens is not None and max_tokens < 1:
-        raise RelayError(f"--max-tokens must be >= 1, got {max_tokens}")
-    sources = {}   # a folder, or a hub id's snapshot in the Hugging Face cache (inference.hub), its files checked
-    for name, path in (("early", early), ("final", final)):
+        tok_early = AutoTokenizer.from_pretrained(sources["early"].path)
+        tok_final = AutoTokenizer.from_pretrained(sources["final"].path)
+    except (OSError, ValueError) as e:
+        raise RelayError(f"cannot load the tokenizers of --early {cfg.early} and --final {cfg.final}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
+    check_same_tokenizer(tok_early, tok_final)
+    prompt_ids = {}
+    for p in problems:
+        ids = tok_final(render_prompt(template, p.question, tok_final), add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise RelayError(f"problem {p.id}: the rendered prompt is empty")
+        prompt_ids[str(p.id)] = ids
+    return tok_final, prompt_ids
+
+
+def _check_contexts(plan: _Plan) -> None:
+    """A relay row (prompt + prefix + continuation) and a final-only row both hold at most prompt + max_tokens
+    tokens: each checkpoint's context must hold the longest (``inference.hub.check_context``)."""
+    from inference.hub import ContextError, check_context, model_context
+
+    for name, spec in (("early", plan.cfg.early), ("final", plan.cfg.final)):
+        folder = plan.sources[name].path
         try:
-            sources[name] = check_model(path, what=f"--{name}")
-        except EvalInputError as e:   # a run folder, missing weights or tokenizer, a truncated safetensors file
+            check_context(f"--{name} {spec}: {plan.bench.name}", plan.prompt_ids, plan.max_tokens,
+                          model_context(folder), where=str(Path(folder) / "config.json"))
+        except ContextError as e:
             raise RelayError(str(e)) from None
-    early_dir, final_dir = sources["early"].path, sources["final"].path
+
+
+def _plan(cfg: RelayConfig) -> _Plan:
+    """Everything that can fail cheaply, before a model is loaded and before the output folder is claimed: the
+    config, the checkpoints' files, the engine, the problems, the sandbox, the output path, the tokenizers, the
+    context."""
+    from inference import resolve_engine
+    from inference.hub import checkpoint_dtype
+    from scoring.sandbox import SandboxError, check_isolation
+
+    validate_relay(cfg)
+    sources = _check_models(cfg)
     try:
-        engine_used = resolve_engine(engine, model_path=final_dir)   # "auto": see inference.engines
+        engine = resolve_engine(cfg.engine, model_path=sources["final"].path)   # "auto": see inference.engines
     except ValueError as e:
         raise RelayError(str(e)) from None
     # both checkpoints generate in the final one's dtype (its config.json's; float32 when it declares none): one
     # precision for the whole folder, recorded in relay_settings.json (vLLM keeps the engine's dtype when the final
     # weights are pushed into it)
-    dtype = checkpoint_dtype(final_dir)
-    bench, probs = _load_problems(benchmark, problems, limit)
+    dtype = checkpoint_dtype(sources["final"].path)
+    bench, probs = _load_problems(cfg.benchmark, cfg.problems, cfg.limit)
     if bench.kind == "code":   # its responses run in the sandbox: refused where it is not fully isolated
         try:
-            check_isolation(allow_unisolated=allow_unisolated)
+            check_isolation(allow_unisolated=cfg.allow_unisolated)
         except SandboxError as e:
             raise RelayError(str(e)) from None
-    template = template or bench.default_template
-    max_tokens = int(max_tokens or bench.generation.get("max_tokens", 4096))
-    tag = f"{bench.name}-{io.run_name(early)}_{Path(early).name}-to-{io.run_name(final)}_{Path(final).name}-cut{cut:g}"
-    out_dir = Path(out) if out is not None else io.default_out(io.run_name(final), "relay") / tag
-    if out_dir.exists() and not out_dir.is_dir():
-        raise RelayError(f"{'--out' if out is not None else 'the output folder'} {out_dir} is a file, not a folder; "
-                         f"choose another --out")
-    try:
-        tok_early = AutoTokenizer.from_pretrained(early_dir)
-        tok_final = AutoTokenizer.from_pretrained(final_dir)
-    except (OSError, ValueError) as e:
-        raise RelayError(f"cannot load the tokenizers of --early {early} and --final {final}: "
-                         f"{' '.join(str(e).split())[:300]}") from None
-    check_same_tokenizer(tok_early, tok_final)
-    tok = tok_final
-    eos_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []   # + the sampler's (generation config)
-    prompt_ids = {}
-    for p in probs:
-        ids = tok(render_prompt(template, p.question, tok), add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise RelayError(f"problem {p.id}: the rendered prompt is empty")
-        prompt_ids[str(p.id)] = ids
-    # a relay row (prompt + prefix + continuation) and a final-only row both hold at most prompt + max_tokens tokens:
-    # each checkpoint's context must hold the longest, checked before any model loads
-    for name, folder in (("early", early_dir), ("final", final_dir)):
-        try:
-            check_context(f"--{name} {early if name == 'early' else final}: {bench.name}", prompt_ids, max_tokens,
-                          model_context(folder), where=str(Path(folder) / "config.json"))
-        except EvalInputError as e:
-            raise RelayError(str(e)) from None
+    template = cfg.template or bench.default_template
+    max_tokens = int(cfg.max_tokens or bench.generation.get("max_tokens", 4096))
+    out_dir = _out_dir(cfg, bench)
+    tok, prompt_ids = _encode_prompts(cfg, sources, template, probs)
+    plan = _Plan(cfg, sources, engine, dtype, resolve_top_k(cfg.top_k), bench, probs, template, max_tokens, out_dir,
+                 tok, prompt_ids)
+    _check_contexts(plan)
+    return plan
 
-    # a folder's absolute path, or owner/name@<commit> for a hub snapshot (the same on every resume from that cache)
-    identity = {"early": sources["early"].identity, "final": sources["final"].identity, "benchmark": bench.name,
-                "problems": str(Path(problems).resolve()) if problems else None, "template": template, "n": n,
-                "cut": cut, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k,
-                "seed": seed,
-                "batch_problems": batch_problems, "engine": engine_used, "dtype": dtype}
-    try:   # creates out_dir with relay_settings.json, or checks the settings recorded there
-        claimed = claim_folder(out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
-                               defaults={**{k: identity[k] for k in GENERATION_KEYS}, **ADDED_DEFAULTS},
-                               fix="use another --out or delete that folder (its samples come from one engine in one "
-                                   "dtype: to resume it, rerun with its --engine)")
+
+def _claim(plan: _Plan) -> bool:
+    """Create the folder with relay_settings.json, or check the settings recorded there (RelayError for others);
+    whether this call created it."""
+    identity = plan.identity()
+    try:
+        return claim_folder(plan.out_dir, SETTINGS_FILE, identity, owner="tsanalysis relay", keys=IDENTITY_KEYS,
+                            defaults={**{k: identity[k] for k in GENERATION_KEYS}, **ADDED_DEFAULTS},
+                            fix="use another --out or delete that folder (its samples come from one engine in one "
+                                "dtype: to resume it, rerun with its --engine)")
     except SettingsMismatch as e:
         raise RelayError(str(e)) from None
 
-    pref_path, res_path = out_dir / "prefixes.jsonl", out_dir / "results.jsonl"
-    prefixes = _read_jsonl(pref_path)
-    results = _read_jsonl(res_path)
-    import torch
 
-    device = "cuda" if engine_used == "hf" and torch.cuda.is_available() else None
+class _Grader:
+    """The benchmark's grader through the one batch grader (``scoring.benchmarks.protocol.grade_responses``, the
+    one ``eval.run`` and the trainer's validation use): math in one process pool for the whole run (a hard per-item
+    limit), code in its worker processes; a grader that fails gives timeout/grader_error, never a wrong answer. The
+    pool starts at the first math batch; its workers are daemons, so an error on the way leaves none behind."""
 
-    # the benchmark's grader through eval's batch grader: math in one process pool for the whole run (a hard
-    # per-item limit), code on threads; a grader that fails gives timeout/grader_error, never a wrong answer
-    # (started at the first math batch; its workers are daemons, so an error on the way does not leave them behind)
-    pool = None
+    def __init__(self, bench, tok):
+        self.bench, self.tok, self.pool = bench, tok, None
 
-    def grade(problems, responses: list[list[list[int]]]) -> list[tuple[list[bool], list[str]]]:
-        nonlocal pool
-        if pool is None and bench.kind == "math":
-            pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S, memory_mb=MATH_MEMORY_MB)
-        texts = [[tok.decode(ids, skip_special_tokens=True) for ids in rs] for rs in responses]
-        verdicts, _, _ = grade_responses(bench, problems, texts, pool=pool)
+    def __call__(self, problems, responses: list[list[list[int]]]) -> list[tuple[list[bool], list[str]]]:
+        """Per problem, (correct, verdict) of each of its responses (token ids)."""
+        from scoring.benchmarks.protocol import grade_responses
+        from scoring.grading import GRADE_TIMEOUT_S
+        from scoring.math import MATH_MEMORY_MB
+        from scoring.pool import WorkerPool, apply
+
+        if self.pool is None and self.bench.kind == "math":
+            self.pool = WorkerPool(apply, timeout=GRADE_TIMEOUT_S, memory_mb=MATH_MEMORY_MB)
+        texts = [[self.tok.decode(ids, skip_special_tokens=True) for ids in rs] for rs in responses]
+        verdicts, _, _ = grade_responses(self.bench, problems, texts, pool=self.pool)
         return [([bool(v.correct) for v in vs], [v.verdict for v in vs]) for vs in verdicts]
 
-    # vLLM's KV cache holds the longest prompt plus its budget (a relay row is prompt + prefix + continuation)
-    engine_kw = ({"max_model_len": max(len(x) for x in prompt_ids.values()) + max_tokens, "model_path": early_dir}
-                 if engine_used == "vllm" else {})
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
-    # -- phase A: early checkpoint writes responses; keep the prefixes --
-    sampler = None
-    todo = [p for p in probs if str(p.id) not in results and str(p.id) not in prefixes]
-    if todo:
-        log(f"early phase: {len(todo)} problems × {n} samples from {early}")
-        with _unclaimed_on_error(out_dir, claimed):   # a failed start leaves no folder holding only its settings
-            model, _ = load_policy(early_dir, device=device, dtype=dtype)
-            sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
-        eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))
-        for chunk in _chunks(todo, batch_problems):
-            ids = [str(p.id) for p in chunk]
-            s = derive_seed(seed, "early", *ids)
-            comps = sampler.generate([prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=max_tokens,
-                                     temperature=temperature, top_p=top_p, top_k=top_k, seed=s)
-            graded = grade(chunk, [[c.token_ids for c in comps[j * n:(j + 1) * n]] for j in range(len(chunk))])
-            recs = []
-            for j, p in enumerate(chunk):
-                cs = comps[j * n:(j + 1) * n]
-                correct = graded[j][0]
-                recs.append({"problem_id": str(p.id),
-                             "prefix_ids": [cut_prefix(c.token_ids, cut, eos_ids=eos_ids) for c in cs],
-                             "early_len": [len(c.token_ids) for c in cs],
-                             "early_finish": [c.finish_reason for c in cs], "early_correct": correct})
-            _append_jsonl(pref_path, recs)
-            prefixes.update({r["problem_id"]: r for r in recs})
-        del model
-        if engine_used != "vllm":   # free the early model before the final one is loaded
-            sampler = None
-            _free_memory()
 
-    # -- phase B: final checkpoint continues the prefixes, and samples final-only responses --
-    todo = [p for p in probs if str(p.id) not in results]
-    if todo:
-        log(f"final phase: {len(todo)} problems × {n} relay + {n} final-only samples from {final}")
-        model, _ = load_policy(final_dir, device=device, dtype=dtype)
-        if sampler is not None and engine_used == "vllm":
-            sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
-        else:
-            sampler = make_sampler(model, tok, engine=engine_used, **engine_kw)
-        for chunk in _chunks(todo, batch_problems):
-            ids = [str(p.id) for p in chunk]
-            s = derive_seed(seed, "final", *ids)
-            pre = [pf for i in ids for pf in prefixes[i]["prefix_ids"]]
-            base = [prompt_ids[i] for i in ids for _ in range(n)]
-            # relay: one call with the longest budget any row needs, then each continuation is cut to its budget
-            budget = [max_tokens - len(pf) for pf in pre]
-            relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)),
-                                     temperature=temperature, top_p=top_p, top_k=top_k, seed=s)
-            final_only = sampler.generate(base, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                                          top_k=top_k, seed=s)
-            relay_ids, relay_fin = [], []
-            for pf, c, b in zip(pre, relay, budget):
-                cont = c.token_ids[:max(0, b)]
-                relay_ids.append(list(pf) + cont)
-                relay_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
-            per = [slice(j * n, (j + 1) * n) for j in range(len(chunk))]
-            graded = grade(chunk + chunk, [relay_ids[sl] for sl in per] + [[c.token_ids for c in final_only[sl]]
-                                                                            for sl in per])
-            recs = []
-            for j, p in enumerate(chunk):
-                sl = per[j]
-                r_ids, r_fin = relay_ids[sl], relay_fin[sl]
-                f_ids = [c.token_ids for c in final_only[sl]]
-                (rc, rv), (fc, fv) = graded[j], graded[len(chunk) + j]
-                e = prefixes[str(p.id)]
-                recs.append({
-                    "problem_id": str(p.id), "n": n, "early_correct": int(sum(e["early_correct"])),
-                    "relay_correct": int(sum(rc)), "final_correct": int(sum(fc)),
-                    "relay_correct_list": rc, "final_correct_list": fc, "relay_verdicts": rv, "final_verdicts": fv,
-                    "prefix_len": [len(x) for x in pre[sl]], "early_len": e["early_len"],
-                    "relay_len": [len(x) for x in r_ids], "final_len": [len(x) for x in f_ids],
-                    "relay_finish": r_fin, "final_finish": [c.finish_reason for c in final_only[sl]],
-                })
-            _append_jsonl(res_path, recs)
-            results.update({r["problem_id"]: r for r in recs})
-        del model
-    if sampler is not None and hasattr(sampler, "close"):
-        sampler.close()   # a vLLM engine's memory goes back now, not when the process ends
-    sampler = None
-    if pool is not None:
-        pool.close()
+def _early_phase(plan: _Plan, todo, grade: _Grader, prefixes: dict, *, claimed: bool, log):
+    """Phase A: the early checkpoint writes n responses per problem of ``todo``; their prefixes (with the early
+    lengths, finish reasons and verdicts) are appended to prefixes.jsonl one chunk at a time. Returns the sampler,
+    or None when it was freed (the HF engine; one vLLM engine is kept for the final weights)."""
+    from inference import load_policy, make_sampler
 
-    # -- tables over the selected problems --
+    cfg, n = plan.cfg, plan.cfg.n
+    log(f"early phase: {len(todo)} problems × {n} samples from {cfg.early}")
+    with _unclaimed_on_error(plan.out_dir, claimed):   # a failed start leaves no folder holding only its settings
+        model, _ = load_policy(plan.sources["early"].path, device=plan.device, dtype=plan.dtype)
+        sampler = make_sampler(model, plan.tok, engine=plan.engine, **plan.engine_kw)
+    eos_ids = [plan.tok.eos_token_id] if plan.tok.eos_token_id is not None else []
+    eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))   # + the generation config's
+    for chunk in _chunks(todo, cfg.batch_problems):
+        ids = [str(p.id) for p in chunk]
+        comps = sampler.generate([plan.prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=plan.max_tokens,
+                                 seed=derive_seed(cfg.seed, "early", *ids), **plan.sampling)
+        per = [comps[j * n:(j + 1) * n] for j in range(len(chunk))]
+        graded = grade(chunk, [[c.token_ids for c in cs] for cs in per])
+        recs = [{"problem_id": pid, "prefix_ids": [cut_prefix(c.token_ids, cfg.cut, eos_ids=eos_ids) for c in cs],
+                 "early_len": [len(c.token_ids) for c in cs], "early_finish": [c.finish_reason for c in cs],
+                 "early_correct": correct} for pid, cs, (correct, _) in zip(ids, per, graded)]
+        _append_jsonl(plan.out_dir / PREFIXES, recs)
+        prefixes.update({r["problem_id"]: r for r in recs})
+    del model
+    if plan.engine != "vllm":   # free the early model before the final one is loaded
+        sampler = None
+        _free_memory()
+    return sampler
+
+
+def _continue(plan: _Plan, sampler, ids: list[str], pre: list[list[int]]):
+    """One chunk's relay rows and final-only rows, n per problem, from the chunk's one seed (with cut 0 the two calls
+    are identical). A relay row is prompt + prefix, continued in one call with the longest budget any row needs,
+    then each continuation cut to ``max_tokens − |prefix|`` (its finish reason then ``length``). Returns (relay
+    response token ids, relay finish reasons, final-only completions)."""
+    n, seed = plan.cfg.n, derive_seed(plan.cfg.seed, "final", *ids)
+    base = [plan.prompt_ids[i] for i in ids for _ in range(n)]
+    budget = [plan.max_tokens - len(pf) for pf in pre]
+    relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)), seed=seed,
+                             **plan.sampling)
+    final_only = sampler.generate(base, max_new_tokens=plan.max_tokens, seed=seed, **plan.sampling)
+    relay_ids, relay_fin = [], []
+    for pf, c, b in zip(pre, relay, budget):
+        cont = c.token_ids[:max(0, b)]
+        relay_ids.append(list(pf) + cont)
+        relay_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
+    return relay_ids, relay_fin, final_only
+
+
+def _final_phase(plan: _Plan, todo, sampler, grade: _Grader, prefixes: dict, results: dict, *, log):
+    """Phase B: the final checkpoint continues the prefixes of ``todo`` and samples its final-only responses; both
+    sets are graded and each chunk's per-problem records appended to results.jsonl. Returns the sampler."""
+    from inference import load_policy, make_sampler
+
+    cfg, n = plan.cfg, plan.cfg.n
+    log(f"final phase: {len(todo)} problems × {n} relay + {n} final-only samples from {cfg.final}")
+    model, _ = load_policy(plan.sources["final"].path, device=plan.device, dtype=plan.dtype)
+    if sampler is not None and plan.engine == "vllm":
+        sampler.update_weights(model)   # one vLLM engine: same architecture, new weights
+    else:
+        sampler = make_sampler(model, plan.tok, engine=plan.engine, **plan.engine_kw)
+    for chunk in _chunks(todo, cfg.batch_problems):
+        ids = [str(p.id) for p in chunk]
+        pre = [pf for i in ids for pf in prefixes[i]["prefix_ids"]]
+        relay_ids, relay_fin, final_only = _continue(plan, sampler, ids, pre)
+        per = [slice(j * n, (j + 1) * n) for j in range(len(chunk))]
+        graded = grade(chunk + chunk, [relay_ids[sl] for sl in per] + [[c.token_ids for c in final_only[sl]]
+                                                                        for sl in per])
+        recs = []
+        for j, (pid, sl) in enumerate(zip(ids, per)):
+            (rc, rv), (fc, fv), e = graded[j], graded[len(chunk) + j], prefixes[pid]
+            recs.append({
+                "problem_id": pid, "n": n, "early_correct": int(sum(e["early_correct"])),
+                "relay_correct": int(sum(rc)), "final_correct": int(sum(fc)),
+                "relay_correct_list": rc, "final_correct_list": fc, "relay_verdicts": rv, "final_verdicts": fv,
+                "prefix_len": [len(x) for x in pre[sl]], "early_len": e["early_len"],
+                "relay_len": [len(x) for x in relay_ids[sl]], "final_len": [len(c.token_ids) for c in final_only[sl]],
+                "relay_finish": relay_fin[sl], "final_finish": [c.finish_reason for c in final_only[sl]],
+            })
+        _append_jsonl(plan.out_dir / RESULTS, recs)
+        results.update({r["problem_id"]: r for r in recs})
+    del model
+    return sampler
+
+
+def _tables(plan: _Plan, results: dict) -> tuple[dict[str, pd.DataFrame], Path, dict]:
+    """(``relay_problems`` and ``relay_passk`` over the selected problems, the folder, the settings)."""
     rows = []
-    for p in probs:
+    for p in plan.problems:
         r = results[str(p.id)]
         rows.append({"problem_id": str(p.id), "n": r["n"], "early_correct": r["early_correct"],
                      "relay_correct": r["relay_correct"], "final_correct": r["final_correct"],
-                     "prefix_len_mean": float(np.mean(r["prefix_len"])), "early_len_mean": float(np.mean(r["early_len"])),
-                     "relay_len_mean": float(np.mean(r["relay_len"])), "final_len_mean": float(np.mean(r["final_len"]))})
+                     **{f"{k}_len_mean": float(np.mean(r[f"{k}_len"])) for k in ("prefix", "early", "relay", "final")}})
     per_problem = pd.DataFrame(rows)
     passk = pass_k_table(per_problem["n"], per_problem["early_correct"], per_problem["relay_correct"],
-                         per_problem["final_correct"], seed=seed)
-    settings = {"command": "relay", "args": {**identity, "limit": limit, "engine": engine,
-                                             "engine_used": engine_used}, "problems_evaluated": len(probs)}
-    return {"relay_problems": per_problem, "relay_passk": passk}, out_dir, settings
+                         per_problem["final_correct"], seed=plan.cfg.seed)
+    settings = {"command": "relay", "args": {**plan.identity(), "limit": plan.cfg.limit, "engine": plan.cfg.engine,
+                                             "engine_used": plan.engine}, "problems_evaluated": len(plan.problems)}
+    return {"relay_problems": per_problem, "relay_passk": passk}, plan.out_dir, settings
+
+
+def run_relay(cfg: RelayConfig, *, log: Callable[[str], None] = print) -> tuple[dict[str, pd.DataFrame], Path, dict]:
+    """Run (or resume) relay inference as ``cfg`` says; returns (tables, out_dir, settings). See the module
+    docstring. Bad input raises RelayError before any model is loaded and before the folder is claimed (``_plan``:
+    ``validate_relay`` first)."""
+    plan = _plan(cfg)
+    claimed = _claim(plan)
+    prefixes, results = _read_jsonl(plan.out_dir / PREFIXES), _read_jsonl(plan.out_dir / RESULTS)
+    grade, sampler = _Grader(plan.bench, plan.tok), None
+    todo = [p for p in plan.problems if str(p.id) not in results and str(p.id) not in prefixes]
+    if todo:   # -- phase A: the early checkpoint writes responses; their prefixes are kept
+        sampler = _early_phase(plan, todo, grade, prefixes, claimed=claimed, log=log)
+    todo = [p for p in plan.problems if str(p.id) not in results]
+    if todo:   # -- phase B: the final checkpoint continues the prefixes, and samples final-only responses
+        sampler = _final_phase(plan, todo, sampler, grade, prefixes, results, log=log)
+    if sampler is not None and hasattr(sampler, "close"):
+        sampler.close()   # a vLLM engine's memory goes back now, not when the process ends
+    sampler = None
+    grade.close()
+    return _tables(plan, results)

@@ -1,7 +1,8 @@
-"""Support dynamics of checkpoints scored by ``eval.run``: ``support_tables(eval_dir, ...)``, behind ``tsanalysis support``.
+"""Support dynamics of checkpoints scored by ``eval.run``: ``support_tables(cfg)``, ``cfg`` a
+``tsanalysis.config.SupportConfig``, behind ``tsanalysis support``.
 
 Input: an ``eval.run`` results folder, ``<eval-dir>/<model>/<benchmark>.jsonl`` (one line per problem with its
-``responses``, extracted ``answers``, ``verdicts``, ``correct``, ``prompt`` and ``settings``; ``eval.samples``),
+``responses``, extracted ``answers``, ``verdicts``, ``correct``, ``prompt`` and ``settings``; ``contracts.samples``),
 holding two or more models (base / early / final ...), and optionally a relay folder (``tsanalysis relay``'s
 ``results.jsonl``: its relay samples are one more model, ``relay``). Models are compared in the order given
 (``--models base,early,final``): every pair (earlier → later) on the problems both scored. The reverse pair is the
@@ -61,16 +62,16 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from contracts.passk import N_BOOT, SEED, bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
+from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, passk_curve, passk_matrix
 from scoring.benchmarks.protocol import graded_row   # the one rule: ungraded samples left out, lists aligned
 
+from .config import RELAY_MODEL, SupportConfig, validate_support
 from .core import support as S
 from .errors import UsageError
 
 __all__ = ["RELAY_MODEL", "RELAY_RESULTS", "RELAY_SETTINGS", "DIVERSITY_METRICS", "ModelSamples", "read_eval_dir",
            "read_relay", "graded_row", "answer_labels", "program_key", "mean_token_logprobs", "support_tables"]
 
-RELAY_MODEL = "relay"                     # the model name of a relay folder's relay samples
 RELAY_RESULTS = "results.jsonl"           # tsanalysis.relay writes these two
 RELAY_SETTINGS = "relay_settings.json"
 DIVERSITY_METRICS = ("distinct_correct", "distinct_answers", "answer_entropy")
@@ -130,7 +131,7 @@ def read_eval_dir(eval_dir: str | os.PathLike, *, models: Sequence[str] | None =
                   benchmarks: Sequence[str] | None = None) -> dict[str, dict[str, ModelSamples]]:
     """{model: {benchmark: ModelSamples}} of an ``eval.run`` results folder, models in the order given (default:
     every model folder, sorted by name). UsageError naming what is missing."""
-    from eval.samples import read_samples
+    from contracts.samples import read_samples
 
     root = Path(eval_dir)
     if not root.is_dir():
@@ -163,7 +164,7 @@ def read_eval_dir(eval_dir: str | os.PathLike, *, models: Sequence[str] | None =
 
 def read_relay(relay_dir: str | os.PathLike) -> ModelSamples:
     """The relay samples of a ``tsanalysis relay`` folder as a model named ``relay`` (no response texts)."""
-    from eval.samples import read_samples
+    from contracts.samples import read_samples
 
     root = Path(relay_dir)
     res, sett = root / RELAY_RESULTS, root / RELAY_SETTINGS
@@ -372,28 +373,20 @@ def _shared(a: ModelSamples, b: ModelSamples) -> tuple[np.ndarray, np.ndarray]:
     return np.array([ia[b.ids[i]] for i in common], dtype=np.int64), np.array(common, dtype=np.int64)
 
 
-def _passk_matrix(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    return np.stack([pass_at_k(n, c, int(k)) for k in ks], axis=1)   # [P, K]
+def support_tables(cfg: SupportConfig, *, log: Log = print) -> dict[str, pd.DataFrame]:
+    """The support tables of the models under ``cfg.eval_dir`` (module docstring), ``{name: DataFrame}``.
 
-
-def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None = None,
-                   benchmarks: Sequence[str] | None = None, relay: str | os.PathLike | None = None,
-                   likelihood: bool = False, paths: dict[str, str] | None = None, likelihood_samples: int = 8,
-                   batch_tokens: int = 4096, device=None, dtype=None, n_boot: int = N_BOOT, seed: int = SEED,
-                   log: Log = print) -> dict[str, pd.DataFrame]:
-    """The support tables of the models under ``eval_dir`` (module docstring), ``{name: DataFrame}``.
-
-    ``models``: names and order (earlier → later); default every model folder by name, and ``relay`` last when a
-    relay folder is given (name ``relay`` in ``models`` to place it). Bad input raises UsageError before anything
-    is computed: a missing folder or model, fewer than two models, no benchmark that two of them share, ``paths``
-    for a model that is not compared or that cannot be loaded.
+    ``cfg.models``: names and order (earlier → later); default every model folder by name, and ``relay`` last when
+    a relay folder is given (name ``relay`` in ``models`` to place it). Bad input raises UsageError before anything
+    is computed: the config (``tsanalysis.config.validate_support``: a model named twice, ``relay`` without its
+    folder), a missing folder or model, fewer than two models, no benchmark that two of them share, ``paths`` for a
+    model that is not compared or that cannot be loaded.
     """
+    validate_support(cfg)
+    eval_dir, models, benchmarks, relay = cfg.eval_dir, cfg.models, cfg.benchmarks, cfg.relay
+    n_boot, seed = cfg.n_boot, cfg.seed
     order = list(models) if models else None
-    if order is not None and len(set(order)) != len(order):
-        raise UsageError(f"--models names a model twice: {','.join(order)}")
     plain = [m for m in order if m != RELAY_MODEL] if order else None
-    if order and RELAY_MODEL in order and relay is None:
-        raise UsageError(f"--models names {RELAY_MODEL}: give its folder with --relay DIR")
     data = read_eval_dir(eval_dir, models=plain, benchmarks=benchmarks)
     order = order or list(data)
     if relay is not None:
@@ -406,7 +399,7 @@ def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None 
     if len(order) < 2:
         raise UsageError(f"support compares two or more models; {eval_dir} gives {len(order)} "
                          f"({', '.join(order) or 'none'}): name them with --models A,B or add a --relay folder")
-    paths = dict(paths or {})
+    paths = dict(cfg.paths or {})
     extra = [m for m in paths if m not in order]
     if extra:
         raise UsageError(f"--paths names {', '.join(extra)}, not among the models compared ({', '.join(order)})")
@@ -415,7 +408,7 @@ def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None 
     if not shared:
         raise UsageError(f"no benchmark is scored by two of {', '.join(order)} under {eval_dir}"
                          + (f" (benchmarks: {', '.join(benches)})" if benches else ""))
-    if likelihood:   # which checkpoints can score: decided before anything is computed
+    if cfg.likelihood:   # which checkpoints can score: decided before anything is computed
         folders, notes = _scorers(data, order, paths)
         for note in notes:
             log(note)
@@ -431,8 +424,7 @@ def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None 
             if s is None or not s.ids:
                 continue
             ks = k_grid(int(s.n.min()))
-            for k, col in zip(ks, _passk_matrix(s.n, s.c, ks).T):
-                est, lo, hi = bootstrap_ci(col, n_boot=n_boot, seed=seed)
+            for k, (est, lo, hi) in passk_curve(passk_matrix(s.n, s.c, ks), ks, n_boot=n_boot, seed=seed).items():
                 passk_rows.append({"benchmark": b, "model": m, "k": int(k), "problems": len(s.ids), "pass": est,
                                    "low": lo, "high": hi})
             if s.rows is not None:
@@ -455,7 +447,7 @@ def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None 
                     continue
                 na, ca, nb, cb = sa.n[ia], sa.c[ia], sb.n[ib], sb.c[ib]
                 ks = k_grid(int(min(na.min(), nb.min())))
-                pa, pb = _passk_matrix(na, ca, ks), _passk_matrix(nb, cb, ks)
+                pa, pb = passk_matrix(na, ca, ks), passk_matrix(nb, cb, ks)
                 for row in S.support_rows(pa, pb, ks, n_boot=n_boot, seed=seed):
                     support_rows.append({"benchmark": b, "from": ma, "to": mb, **row})
                 ct = S.crossover_table(pa, pb, ks, seed=seed, n_boot=n_boot)
@@ -471,11 +463,11 @@ def support_tables(eval_dir: str | os.PathLike, *, models: Sequence[str] | None 
     tables = {"passk": pd.DataFrame(passk_rows), "support": pd.DataFrame(support_rows),
               "crossover": pd.DataFrame(cross_rows), "problems": problems,
               **_diversity_tables(problems, order, n_boot=n_boot, seed=seed)}
-    if likelihood:
+    if cfg.likelihood:
         tables["likelihood"] = _likelihood_table(
             {m: {b: s for b, s in data[m].items() if b in shared} for m in order}, order, folders,
-            per_problem=likelihood_samples, batch_tokens=batch_tokens, device=device, dtype=dtype, n_boot=n_boot,
-            seed=seed, log=log)
+            per_problem=cfg.likelihood_samples, batch_tokens=cfg.batch_tokens, device=cfg.device, dtype=cfg.dtype,
+            n_boot=n_boot, seed=seed, log=log)
     return tables
 
 

@@ -1,4 +1,4 @@
-"""Per-position binning of per-token quantities (DESIGN §2 "Per-position bins"; paper Figures 3 and 4).
+"""Per-position binning of per-token quantities (docs/method.md "Per-position bins"; paper Figures 3 and 4).
 
 A token at index t (0-based) of a response of length L has relative position t/L and falls in bin
 ``floor(n_bins * t / L)`` (integer arithmetic, so bin edges are exact: with L = 10 and ten bins every token gets

@@ -1,4 +1,4 @@
-"""Zero-advantage groups (paper Lemma 4 and the remark after its proof; DESIGN §2 "Lemma 4").
+"""Zero-advantage groups (paper Lemma 4 and the remark after its proof; docs/method.md "Lemma 4").
 
 With i.i.d. binary rewards of success probability p, a group of G responses has zero advantage (all rewards
 equal) with probability ``D(p) = p^G + (1-p)^G`` and is all-wrong with probability ``(1-p)^G = 1 - pass@G``.

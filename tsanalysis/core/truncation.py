@@ -1,4 +1,4 @@
-"""Tokens at the truncation points (DESIGN §2 "Figure 5"; paper §6.2).
+"""Tokens at the truncation points (docs/method.md "Truncation tokens"; paper §6.2).
 
 Entropy-based truncation cuts at sentence-initial discourse words ("So", "Since", "Let", "Therefore"); the
 length-ratio rule cuts at heterogeneous tokens, numbers, operators and LaTeX commands. ``categorize_token``

@@ -1,8 +1,11 @@
-"""Sample files ``results/eval/<model>/<benchmark>.jsonl``: read, repair after a crash, append, check settings.
+"""The sample file: ``results/eval/<model>/<benchmark>.jsonl``, written by ``eval.run`` (and, in the same layout,
+by the trainer's validation), read by ``eval`` (the leaderboard, the report, regrading), ``tsanalysis`` (support,
+and a relay folder's ``results.jsonl`` through the same reader) and the demo. Its fields, its row writer and its
+reader live here, below all of them, so a reader never imports the writer's package.
 
-One JSON line per problem (docs/architecture.md): ``problem_id``, ``prompt``, ``gold``, ``responses`` (n strings),
-``answers`` (extracted), ``verdicts``, ``correct`` (list of bool), ``finish_reasons``, ``settings``; math
-benchmarks add ``correct_qwen`` (the Qwen-style grader's verdicts, for the disagreement report).
+One JSON line per problem (docs/architecture.md; ``FIELDS``): ``problem_id``, ``prompt``, ``gold``, ``responses``
+(n strings), ``answers`` (extracted), ``verdicts``, ``correct`` (list of bool), ``finish_reasons``, ``settings``;
+math benchmarks add ``correct_qwen`` (the Qwen-style grader's verdicts, for the disagreement report).
 
 Lines are appended and flushed one problem at a time, so a crash loses at most the line being written. On
 reading, a last line without its newline or not parseable as JSON is such a half-written line: ``repair``
@@ -18,10 +21,13 @@ import os
 from pathlib import Path
 
 from contracts.settings import check_settings as check_recorded
-from scoring.benchmarks.base import Problem, Verdict
 
-__all__ = ["CHECKED_SETTINGS", "GENERATION_SETTINGS", "read_samples", "repair", "append_row", "make_row",
-           "check_settings"]
+__all__ = ["FIELDS", "OPTIONAL_FIELDS", "CHECKED_SETTINGS", "GENERATION_SETTINGS", "read_samples", "repair",
+           "append_row", "make_row", "check_settings"]
+
+# the fields of every line, in the order make_row writes them; OPTIONAL_FIELDS: those only some lines carry
+FIELDS = ("problem_id", "prompt", "gold", "responses", "answers", "verdicts", "correct", "finish_reasons", "settings")
+OPTIONAL_FIELDS = ("correct_qwen",)   # math benchmarks: the Qwen-style cross-check's verdicts
 
 # settings that must match for new lines to be appended to an existing file (timing may differ)
 CHECKED_SETTINGS = ("model", "model_path", "benchmark", "benchmark_version", "n", "temperature", "top_p", "top_k",
@@ -107,9 +113,11 @@ def check_settings(path: str | os.PathLike, rows: list[dict], settings: dict) ->
                            f"and dtype (--engine {old['engine']} --dtype {old['dtype']})")
 
 
-def make_row(problem: Problem, prompt: str, responses, verdicts: list[Verdict], qwen, finish, settings: dict) -> dict:
+def make_row(problem, prompt: str, responses, verdicts, qwen, finish, settings: dict) -> dict:
     """One problem's line: its responses with their verdicts (``qwen``: the cross-check's, math only; ``finish``:
-    the finish reasons, None for completions produced elsewhere without them) and the run's settings."""
+    the finish reasons, None for completions produced elsewhere without them) and the run's settings.
+    ``problem``: a ``scoring.benchmarks.base.Problem`` (its ``id`` and ``gold`` are read); ``verdicts``: its
+    ``Verdict`` objects (``answer``, ``verdict``, ``correct``), one per response."""
     row = {"problem_id": problem.id, "prompt": prompt, "gold": _gold_for_file(problem.gold),
            "responses": list(responses), "answers": [v.answer for v in verdicts],
            "verdicts": [v.verdict for v in verdicts], "correct": [bool(v.correct) for v in verdicts],
