@@ -1,4 +1,4 @@
-"""Thinking Seeds' cost per step vs on-policy DAPO (DESIGN §2.6): wall-clock and generated tokens.
+"""Thinking Seeds' cost per step vs on-policy DAPO (docs/method.md "Cost"): wall-clock and generated tokens.
 
 Two short ``trainer.train`` runs with identical settings except ``algorithm`` (``seeds``: ratio rule 0.5, refresh
 interval T = 8, state+action loss; ``dapo``: on-policy), both with ``ignore_eos=true`` (every response is sampled
@@ -9,7 +9,7 @@ Both sides decode up to ``rollout_batch_size = T * B * G`` rows together: the re
 generation, which a user gives the engine at once (on-policy steps have B * G rows, so it changes nothing there).
 Runs alternate seeds / seeds with ``behavior_logprobs=sampler`` / seeds with ``seed_loss=state`` / dapo in fresh
 interpreters: the default seeded side (``seed_loss=state+action``, which reads pi_b on seed tokens) scores the
-refresh's cached batches with one no-grad trainer forward (exact, DESIGN §2.1); the second takes the behavior
+refresh's cached batches with one no-grad trainer forward (exact; docs/method.md); the second takes the behavior
 log-probs and entropies from the sampler while it decodes (no extra forward); the third masks the seed tokens out of
 the loss, so nothing reads pi_b and the refresh runs no forward at all (``trainer.rollout.behavior_forward_reason``;
 the update computes the same tokens either way).

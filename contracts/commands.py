@@ -1,4 +1,4 @@
-"""The grammar every command shares (README "Command conventions"): exit codes, the one-line error, percentages.
+"""The grammar every command shares (docs/commands.md): exit codes, the one-line error, percentages.
 
 Every entry point (``trainer.train``, ``eval.run``, ``eval.leaderboard``, ``tsanalysis``, ``demo``,
 ``demo.miniature``, ``demo.premise``) ends the same way:
@@ -57,18 +57,19 @@ class Terminated(BaseException):
     in library code does not swallow it)."""
 
 
-def pct(x: float | None, *, digits: int = 1, unit: str = "%") -> str:
-    """A fraction as a percentage: ``pct(0.43125) == "43.1%"``; None or NaN is ``"n/a"``. ``unit=""`` for table
-    cells whose header says %."""
+def pct(x: float | None, *, digits: int = 1, unit: str = "%", missing: str = "n/a") -> str:
+    """A fraction as a percentage: ``pct(0.43125) == "43.1%"``; None or NaN is ``missing`` (``"n/a"``). ``unit=""``
+    for table cells whose header says %; ``missing=""`` for a table's empty cell."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
+        return missing
     return f"{100 * x:.{digits}f}{unit}"
 
 
-def points(x: float | None, *, digits: int = 1) -> str:
-    """A difference of two fractions in percentage points, signed: ``points(-0.025) == "-2.5"``."""
+def points(x: float | None, *, digits: int = 1, missing: str = "n/a") -> str:
+    """A difference of two fractions in percentage points, signed: ``points(-0.025) == "-2.5"``; None or NaN is
+    ``missing``."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
+        return missing
     return f"{100 * x:+.{digits}f}"
 
 

@@ -2,7 +2,7 @@
 
 Every writer goes through a temporary file in the same folder (``.<name>.tmp-<pid>``, so two processes never share
 one) and ``os.replace``, which is atomic on POSIX; appends to a JSONL log flush and fsync each line, and a reader
-of such a log repairs a half-written last line (``eval.samples.repair``).
+of such a log repairs a half-written last line (``contracts.samples.repair``).
 """
 
 from __future__ import annotations

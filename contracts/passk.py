@@ -1,4 +1,5 @@
-"""pass@k, avg@n and bootstrap intervals (pure numpy): the one k-grid (`k_grid`) and pass@k table (`summarize`).
+"""pass@k, avg@n and bootstrap intervals (pure numpy): the one k-grid (`k_grid`), per-problem pass@k matrix
+(`passk_matrix`), pass@k curve with intervals (`passk_curve`) and pass@k table (`summarize`).
 
 pass@k uses the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)``, in its numerically
 stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``. Intervals are percentile bootstraps over problems
@@ -15,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["k_grid", "pass_at_k", "avg_at_n", "bootstrap_ci", "paired_bootstrap", "stratified_bootstrap_ci",
-           "paired_stratified_bootstrap", "pass_at_k_curve", "summarize", "N_BOOT", "SEED"]
+           "paired_stratified_bootstrap", "passk_matrix", "passk_curve", "summarize", "N_BOOT", "SEED"]
 
 N_BOOT = 2000   # bootstrap resamples
 SEED = 0        # bootstrap seed (fixed: intervals are reproducible)
@@ -150,11 +151,24 @@ def paired_stratified_bootstrap(groups_a, groups_b, *, n_boot: int = N_BOOT, alp
     return {"diff": diff, "low": float(low), "high": float(high), "p_value": float(min(1.0, p))}
 
 
-def pass_at_k_curve(n, c, ks=None) -> dict[int, np.ndarray]:
-    """pass@k per problem for each k of ``k_grid(min(n))`` (or the given ks)."""
+def passk_matrix(n, c, ks=None) -> np.ndarray:
+    """Per-problem unbiased pass@k, one column per k: shape [P, len(ks)]. ks default to ``k_grid(min(n))``; any
+    k > min(n) raises ``pass_at_k``'s ValueError."""
     n = np.asarray(n, dtype=np.int64)
-    ks = k_grid(int(n.min())) if ks is None else ks
-    return {int(k): pass_at_k(n, c, int(k)) for k in ks}
+    ks = k_grid(int(n.min())) if ks is None else list(ks)
+    if not ks:
+        return np.zeros((n.size, 0))
+    return np.stack([pass_at_k(n, c, int(k)) for k in ks], axis=1)   # [P, K]
+
+
+def passk_curve(matrix, ks, *, n_boot: int = N_BOOT, seed: int = SEED) -> dict[int, tuple[float, float, float]]:
+    """Mean pass@k over problems with a 95 % percentile bootstrap interval, for each column of a ``passk_matrix``
+    ([P, len(ks)]): ``{k: (estimate, low, high)}`` in the order of ``ks`` (every column resampled with ``seed``)."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] != len(ks):
+        raise ValueError(f"passk_curve needs a [problems, {len(ks)}] matrix for ks={list(ks)}; got shape "
+                         f"{matrix.shape}")
+    return {int(k): bootstrap_ci(matrix[:, j], n_boot=n_boot, seed=seed) for j, k in enumerate(ks)}
 
 
 def summarize(n, c, *, ks=None, n_boot: int = N_BOOT, seed: int = SEED) -> dict:
@@ -170,9 +184,6 @@ def summarize(n, c, *, ks=None, n_boot: int = N_BOOT, seed: int = SEED) -> dict:
         raise ValueError("no problems to score")
     ks = k_grid(int(n.min())) if ks is None else list(ks)
     avg, lo, hi = bootstrap_ci(avg_at_n(n, c), n_boot=n_boot, seed=seed)
-    passes = {}
-    for k in ks:
-        est, plo, phi = bootstrap_ci(pass_at_k(n, c, int(k)), n_boot=n_boot, seed=seed)
-        passes[int(k)] = (est, plo, phi)
+    passes = passk_curve(passk_matrix(n, c, ks), ks, n_boot=n_boot, seed=seed)
     return {"problems": int(n.size), "n_min": int(n.min()), "n_max": int(n.max()), "avg": avg, "avg_ci": (lo, hi),
             "pass": passes}

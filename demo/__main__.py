@@ -13,8 +13,8 @@ rule, `state` variant, M2PO or restart rows; ``python -m demo.premise --budget r
 embedded addition task, one solution per problem, where the premise does not show: 8 min 51 s on 2 idle cores on a
 fresh clone, issue #27's measurement; output runs/demo-addition); ``--quick``: that pipeline at toy size (the tests'
 run; runs/demo-quick).
-``--premise [options of python -m demo.premise]``: the full premise regime (3 training seeds per method, about 30
-minutes on 2 cores; runs/premise, its page runs/premise/premise.md).
+``--premise [options of python -m demo.premise]``: the full premise regime (3 training seeds per method, about 90
+minutes on 2 cores: docs/premise.md, Cost; runs/premise, its page runs/premise/premise.md).
 
 Stages whose outputs exist are skipped, so a rerun resumes; ``--fresh`` deletes the folder first.
 """
@@ -28,7 +28,8 @@ from dataclasses import replace
 import torch
 
 from contracts.commands import EXIT_CODES_HELP, run_command
-from demo.pipeline import BUDGETS, DemoError, auto_threads, run_demo
+from demo.addition import BUDGETS, run_demo
+from demo.common import DemoError, auto_threads
 from demo.premise import main as premise_main
 from demo.premise_budget import BUDGETS as PREMISE_BUDGETS
 from demo.reduced import SUMMARY, run_reduced

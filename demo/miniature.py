@@ -2,7 +2,7 @@
 
 Trains every method of the table (on-policy DAPO, Thinking Seeds with the ratio and entropy rules and the state
 variant, LUFFY, M2PO) and the two ablations at miniature scale (truncation ratio 0.3/0.5/0.7/0.9 at the main T,
-refresh interval T = 2/4/8 at ratio 0.5) with the full demo's budget (``demo.pipeline.FULL``), once per training
+refresh interval T = 2/4/8 at ratio 0.5) with the full demo's budget (``demo.addition.FULL``), once per training
 seed, from ONE shared supervised warm-up (the seeds vary the RL data order, sampling and truncation, not the
 warm-up). Each final checkpoint is scored on the held-out split right after it finishes, so an interrupted
 sweep keeps everything it finished; rerunning skips finished runs and graded problems. Runs go seed by seed
@@ -34,12 +34,13 @@ import torch
 from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import summarize
+from contracts.samples import read_samples
+from demo.addition import (CODE, CODE_METHODS, FULL, METHODS, Budget, evaluate, final_checkpoint, heldout_prompts,
+                           make_data, prepare_out, warmup)
+from demo.common import (REPO, DemoError, RunSpec, auto_threads, machine, read_metrics, run_config, run_name, seeded,
+                         train_run)
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
-from demo.pipeline import (CODE, CODE_METHODS, FULL, METHODS, REPO, Budget, DemoError, RunSpec, _seeded, auto_threads,
-                           evaluate, final_checkpoint, heldout_prompts, machine, make_data, prepare_out, read_metrics,
-                           run_config, run_name, train_run, warmup)
 from eval.metrics import counts
-from eval.samples import read_samples
 from scoring.tasks.addition import DIFFICULTY as ADDITION
 from scoring.tasks.minicode import DIFFICULTY as MINICODE, FN_NAMES as MINICODE_NAMES, OPS as MINICODE_OPS
 from trainer.algos.seeds import token_factor
@@ -51,9 +52,9 @@ TABLE: tuple[RunSpec, ...] = (
     _BY_NAME["onpolicy"], _BY_NAME["seeds_ratio"], _BY_NAME["seeds_entropy"], _BY_NAME["seeds_state"],
     _BY_NAME["luffy"], _BY_NAME["m2po"],
     *(RunSpec(f"seeds_ratio{int(100 * r)}", "mini_seeds_ratio", f"ratio ablation: ratio {r}, T main",
-              _seeded("ratio", r, "state+action", lambda b: b.seed_interval)) for r in (0.3, 0.7, 0.9)),
+              seeded("ratio", r, "state+action", lambda b: b.seed_interval)) for r in (0.3, 0.7, 0.9)),
     *(RunSpec(f"seeds_T{t}", "mini_seeds_ratio", f"refresh-interval ablation: T {t}, ratio 0.5",
-              _seeded("ratio", 0.5, "state+action", lambda b, t=t: t)) for t in (2, 4)),
+              seeded("ratio", 0.5, "state+action", lambda b, t=t: t)) for t in (2, 4)),
 )
 
 
@@ -277,7 +278,7 @@ NOTES_SOURCES: tuple[Source, ...] = (
             "values", lambda p: (_code(p).num(_WARM, MEAN),
                                  *_span([v for r in [_CODE_ON, *_CODE_SEEDED] for v in _code(p).nums(r, PER_SEED)]))),
     Cited("run to 300 supervised steps it scored 94 % held-out and RL made it worse (86 %); stopped at loss 0.04 or "
-          "0.025 it scored 15 or 41 %", "the code budget's search at commit 6c2e2ad (demo.pipeline's note on CODE)"),
+          "0.025 it scored 15 or 41 %", "the code budget's search at commit 6c2e2ad (demo.addition's note on CODE)"),
     Derived("costs 1.7-2 s", "min and max of the code rows' train wall s / run over the budget's RL steps",
             lambda p: _span([w / CODE.total_steps for w in _code(p).column(WALL, [_CODE_ON, *_CODE_SEEDED])])),
     Derived("generate 1.4 x the on-policy tokens and take 1.13 x the wall time",

@@ -11,7 +11,7 @@ docs/premise.md`` updates the committed page):
                  in ``PremiseBudget``): a warm-up pool, an RL pool and a held-out split, decontaminated by prompt
     warm-up   -> supervised warm-up on ONE solver trace per problem drawn at random among its solutions, so the
                  warm-up's policy spreads over several paths (``trainer.warmup``, at one torch thread)
-    train     -> one ``trainer.train`` run per (method, training seed) from the warm-up (``demo.pipeline``'s
+    train     -> one ``trainer.train`` run per (method, training seed) from the warm-up (``demo.common``'s
                  ``run_config`` / ``train_run``: presets ``trainer/configs/mini_*.yaml``); on-policy seed 0 keeps
                  the checkpoint at ``early_step`` (the relay's and the curves' "early" model), every run the
                  checkpoints each ``curve_every`` steps (scored as ``<run>-stepNNN``)
@@ -61,30 +61,29 @@ import pyarrow.parquet as pq
 import torch
 
 from contracts.commands import EXIT_CODES_HELP, run_command
-from contracts.files import atomic_write_json
+from contracts.files import atomic_write_json, atomic_write_jsonl
 from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
-from demo.pipeline import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
-from demo.premise_budget import (BUDGETS, EXTENSION, HELDOUT_SEED, MARKER, METHODS, STAGES, TIMINGS, TRAIN_SEED,
-                                 WARMUP_SEED, PremiseBudget, curve_name, curve_steps, eval_name, extension_steps,
-                                 long_name, method_list)
+from contracts.samples import read_samples
+from demo.common import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
+from demo.premise_budget import (BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget, curve_name,
+                                 curve_steps, eval_name, extension_steps, long_name, method_list)
 from demo.premise_page import write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
                                 per_problem)
 from eval.config import EvalConfig
 from eval.report import format_report
 from eval.run import run_eval
-from eval.samples import read_samples
 from figures.fig2_relay import plot_relay_passk
 from figures.premise import load_tables, plot_entropy, plot_frontier, plot_passk_curves, plot_seed_lift
 from figures.style import DPI, use_headless_backend
-from scoring.tasks import countdown
-from scoring.tasks.make import write_jsonl
+from scoring.tasks import HELDOUT_SEED, TRAIN_SEED, WARMUP_SEED, countdown
 from trainer.checkpoint import checkpoint_dir
 from trainer.config import load_config
 from trainer.fsdp import Dist
 from trainer.train import train
 from trainer.warmup import build_warmup, read_warmup
+from tsanalysis.config import RelayConfig, SupportConfig
 from tsanalysis.io import RecordsError, write_results
 from tsanalysis.relay import run_relay
 from tsanalysis.support import support_tables
@@ -110,10 +109,10 @@ def make_data(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, Path]:
         return paths
     held = countdown.make_examples(b.heldout, seed=HELDOUT_SEED, **b.difficulty)
     held_prompts = {r["prompt"] for r in held}
-    write_jsonl(held, paths["heldout"])
+    atomic_write_jsonl(paths["heldout"], held)
     for key, n, seed in (("warmup", b.warmup_pool, WARMUP_SEED), ("train", b.train_pool, TRAIN_SEED)):
         rows = [r for r in countdown.make_examples(n, seed=seed, **b.difficulty) if r["prompt"] not in held_prompts]
-        write_jsonl(rows, paths[key])
+        atomic_write_jsonl(paths[key], rows)
         log(f"{key} pool: {len(rows)} of {n} rows ({n - len(rows)} held-out prompts removed)")
     ns = np.array([r["n_solutions"] for r in held])
     log(f"held-out: {len(held)} problems, solutions per problem mean {ns.mean():.2f}, median {np.median(ns):.0f}, "
@@ -135,7 +134,7 @@ def warmup(path: Path, pool: Path, b: PremiseBudget, *, log: Log) -> tuple[Path,
 
 def rl_config(method: str, b: PremiseBudget, *, out: Path, seed: int, model: Path, train_file: Path,
               save_steps: Sequence[int] = (), name: str | None = None):
-    """``demo.pipeline.run_config`` for one method, plus the regime's temperature and checkpoint schedule
+    """``demo.common.run_config`` for one method, plus the regime's temperature and checkpoint schedule
     (checkpoints at every multiple of gcd(save_steps), all kept, when ``save_steps`` is given)."""
     spec = METHODS[method]
     every = math.gcd(*save_steps) if save_steps else 0
@@ -310,10 +309,10 @@ def check_extend_to(b: PremiseBudget, extend_to: int) -> list[int]:
 def run_relay_stage(out: Path, b: PremiseBudget, *, early: Path, final: Path, heldout: Path, log: Log):
     """Relay early -> final (cut 0.5) on the held-out split; tables under ``out/analysis/relay/<tag>/``."""
     rdir = out / "analysis" / "relay" / RELAY_TAG
-    tables, rdir, settings = run_relay(early=str(early), final=str(final), benchmark="countdown",
-                                       problems=str(heldout), n=b.relay_n, cut=0.5,
-                                       max_tokens=b.max_response_tokens, temperature=1.0, seed=0, engine="hf",
-                                       out=rdir, batch_problems=16, log=lambda m: log(f"  {m}"))
+    cfg = RelayConfig(early=str(early), final=str(final), benchmark="countdown", problems=str(heldout),
+                      n=b.relay_n, cut=0.5, max_tokens=b.max_response_tokens, temperature=1.0, seed=0, engine="hf",
+                      out=rdir, batch_problems=16)
+    tables, rdir, settings = run_relay(cfg, log=lambda m: log(f"  {m}"))
     write_results(rdir, tables, settings)
     return tables["relay_passk"]
 
@@ -489,7 +488,8 @@ def support_and_lift(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, pd.D
     rdir = out / "analysis" / "relay" / RELAY_TAG
     relay = rdir if (rdir / "results.jsonl").is_file() else None
     models = ["warmup", "early", final] + (["relay"] if relay else [])
-    sup = support_tables(out / "eval", models=models, relay=relay, log=lambda m: None)["support"]
+    cfg = SupportConfig(eval_dir=out / "eval", models=models, relay=relay)
+    sup = support_tables(cfg, log=lambda m: None)["support"]
     tables = {"support": sup.replace({"from": {final: "final"}, "to": {final: "final"}})}
     run = out / "runs" / eval_name("seeds_ratio", 0)
     if "seeds_ratio" in method_list(b) and run.is_dir():
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1] + "\n" + EXIT_CODES_HELP)
     p.add_argument("--budget", choices=sorted(BUDGETS), default="premise",
-                   help="premise (the documented regime, ~30 minutes on 2 cores) or toy (seconds; the tests)")
+                   help="premise (the documented regime, ~90 minutes on 2 cores) or toy (seconds; the tests)")
     p.add_argument("--out", default=None, help="output folder (default runs/premise, runs/premise-toy with --budget toy)")
     p.add_argument("--doc", default=None,
                    help="the page to write (default OUT/premise.md for the premise budget, none for toy; "

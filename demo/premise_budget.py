@@ -1,19 +1,17 @@
-"""What the premise regime (``demo.premise``) runs, at which size: the budgets, the methods table's rows, the seeds
-of its data, and the files of its output folder."""
+"""What the premise regime (``demo.premise``) runs, at which size: the budgets, the methods table's rows and the files
+of its output folder (the seeds of its data are ``scoring.tasks``': ``HELDOUT_SEED``, ``WARMUP_SEED``,
+``TRAIN_SEED``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from demo.pipeline import DemoError, RunSpec, _seeded
+from demo.common import DemoError, RunSpec, seeded
 
 MARKER = "premise.json"    # the budget the output folder was made with (guards --fresh and mixed budgets)
 TIMINGS = "timings.json"   # per training run: wall and CPU seconds, torch threads, load average
 STAGES = "stages.json"     # per stage: wall and CPU seconds summed over every invocation
 EXTENSION = "extension.json"   # --extend-to: which runs were continued past the budget, to which step
-HELDOUT_SEED = 10_000      # the held-out split (as scoring.benchmarks.tasks), generated at the budget's difficulty
-WARMUP_SEED = 7919         # the supervised pool
-TRAIN_SEED = 1             # the RL prompt pool
 
 
 @dataclass(frozen=True)
@@ -87,11 +85,11 @@ def _methods() -> dict[str, RunSpec]:
     return {
         "onpolicy": RunSpec("onpolicy", "mini_onpolicy", "On-policy DAPO"),
         "seeds_ratio": RunSpec("seeds_ratio", "mini_seeds_ratio", "Thinking Seeds, ratio 0.5 (state+action)",
-                               _seeded("ratio", 0.5, "state+action", T)),
+                               seeded("ratio", 0.5, "state+action", T)),
         "seeds_entropy": RunSpec("seeds_entropy", "mini_seeds_entropy", "Thinking Seeds, entropy rule (state+action)",
-                                 _seeded("entropy", 0.5, "state+action", T)),
+                                 seeded("entropy", 0.5, "state+action", T)),
         "seeds_state": RunSpec("seeds_state", "mini_seeds_state", "Thinking Seeds, ratio 0.5 (state)",
-                               _seeded("ratio", 0.5, "state", T)),
+                               seeded("ratio", 0.5, "state", T)),
         "luffy": RunSpec("luffy", "mini_luffy", "LUFFY (1 solver trace per group)"),
         "m2po": RunSpec("m2po", "mini_m2po", "M2PO (rollouts 4 steps stale)"),
         # the 2025 exploration baselines (issue #25; trainer/configs/mini_*.yaml cite their papers): not in the default

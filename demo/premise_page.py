@@ -14,20 +14,22 @@ import os
 import re
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from contracts.commands import pct, points
 from contracts.files import atomic_write_text
+from demo.common import REPO, Log, machine, relay_rows
 from demo.miniature import T975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
-from demo.pipeline import REPO, Log, machine
-from demo.premise_budget import (EXTENSION, HELDOUT_SEED, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget,
-                                 eval_name, method_list)
+from demo.premise_budget import (EXTENSION, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget, eval_name,
+                                 method_list)
 from demo.premise_stats import N_BOOT
-from scoring.tasks import countdown
+from scoring.tasks import HELDOUT_SEED, countdown
 
 NOTES_HEADING = "## Reading the numbers"       # from this heading on the page is written by hand and kept
 GRID_START, GRID_END = "<!-- grid:start -->", "<!-- grid:end -->"   # demo.premise_search writes between these
@@ -82,8 +84,7 @@ NOTES_SOURCES: tuple[Source, ...] = (
 )
 
 
-def _pct(x: float) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+_pct = partial(pct, unit="", missing="")   # a table cell or a number whose text says %: contracts.commands.pct
 
 
 def _kx(x: float) -> str:
@@ -151,8 +152,8 @@ def render_seed_lift(summary: pd.DataFrame | None, run: str) -> list[str]:
     steps = int(r["seeded_steps"])
     return [f"Over {steps} seeded step{'s' if steps != 1 else ''} of `{run}` ({int(r['lift_groups'])} prompt groups), the "
             f"continuations' value from the seeds minus the fresh group's value of the same prompt (the G responses "
-            f"the refresh step wrote, graded whole): **{100 * r['lift_mean']:+.1f} points [{100 * r['lift_low']:+.1f}, "
-            f"{100 * r['lift_high']:+.1f}]** (value {_pct(r['value_seeded'])} vs {_pct(r['value_fresh'])} %)"
+            f"the refresh step wrote, graded whole): **{points(r['lift_mean'])} points [{points(r['lift_low'])}, "
+            f"{points(r['lift_high'])}]** (value {_pct(r['value_seeded'])} vs {_pct(r['value_fresh'])} %)"
             f"{rescued}. Zero-advantage groups: {_pct(r['zero_adv_seeded'])} % of the seeded groups, "
             f"{_pct(r['zero_adv_fresh'])} % of their fresh groups. The lift mixes restarting from the seed with the "
             "updates since the refresh (`contracts.seed_lift`)."]
@@ -235,8 +236,8 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
             r = curves[(curves["model"] == m) & (curves["k"] == k)].iloc[0]
             cells.append(f"{_pct(r['pass'])} [{_pct(r['low'])}, {_pct(r['high'])}]")
         d = diff[(diff["model"] == "final") & (diff["k"] == k)].iloc[0]
-        lines.append(f"| {k} | " + " | ".join(cells) + f" | {100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, "
-                     f"{100 * d['high']:+.1f}] |")
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {points(d['diff'])} [{points(d['low'])}, "
+                     f"{points(d['high'])}] |")
     cf, ce = cross["final"], cross["early"]
     lines += [
         "",
@@ -282,11 +283,9 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
             "| k | early % | relay % | final only % | relay − final, points [95% CI] |",
             "|---:|---:|---:|---:|---|",
         ]
-        for _, r in relay.iterrows():
-            lines.append(f"| {int(r['k'])} | {_pct(r['early'])} | {_pct(r['relay'])} | {_pct(r['final'])} | "
-                         f"{100 * r['diff']:+.1f} [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}] |")
-        lines += ["", f"At k = {int(big['k'])}: relay − final = **{100 * big['diff']:+.1f} points "
-                      f"[{100 * big['diff_low']:+.1f}, {100 * big['diff_high']:+.1f}]**.", ""]
+        lines += relay_rows(relay)
+        lines += ["", f"At k = {int(big['k'])}: relay − final = **{points(big['diff'])} points "
+                      f"[{points(big['diff_low'])}, {points(big['diff_high'])}]**.", ""]
     if support is not None:
         lines += ["## What RL lost and the relay recovers, problem by problem (`tsanalysis support`)", "",
                   *render_support(support, K), "", support_reading(support, K), ""]

@@ -23,7 +23,7 @@ import torch
 
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import k_grid
-from demo.pipeline import train_run
+from demo.common import train_run
 from demo.premise import checkpoint, evaluate, make_data, read_eval, rl_config, warmup
 from demo.premise_budget import PREMISE, PremiseBudget
 from demo.premise_page import GRID_END, GRID_START

@@ -1,8 +1,9 @@
 """The premise regime's estimators, pure functions of eval rows and pass@k matrices (no files, no models):
-solution identity of a countdown response, per-problem pass@k, the crossover k with its bootstrap interval, the
-pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a matched pass@1 or
-compute. ``canonical_solution``, ``crossover_k`` and
-``crossover_table`` are ``tsanalysis.core.support``'s (re-exported here), shared with ``tsanalysis support``."""
+solution identity of a countdown response, per-problem pass@k of a model's eval rows, the crossover k with its
+bootstrap interval, the pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a
+matched pass@1 or compute. The pass@k matrix and curve are ``contracts.passk``'s (``passk_matrix``,
+``passk_curve``); ``canonical_solution``, ``crossover_k`` and ``crossover_table`` are ``tsanalysis.core.support``'s
+(re-exported here), shared with ``tsanalysis support``."""
 
 from __future__ import annotations
 
@@ -10,26 +11,21 @@ from typing import Sequence
 
 import numpy as np
 
-from contracts.passk import N_BOOT, bootstrap_ci, pass_at_k
+from contracts.passk import N_BOOT, passk_curve, passk_matrix
 # the crossover and the countdown solution identity are shared with `tsanalysis support`: their one home is there
 from tsanalysis.core.support import canonical_solution, crossover_k, crossover_table
 
-__all__ = ["N_BOOT", "canonical_solution", "crossover_k", "crossover_table", "passk_matrix", "curve_table",
-           "per_problem", "distinct_correct", "at_first_reach"]
-
-
-def passk_matrix(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    """Per-problem unbiased pass@k, shape [P, len(ks)] (``contracts.passk.pass_at_k``)."""
-    return np.stack([pass_at_k(n, c, int(k)) for k in ks], axis=1)
+__all__ = ["N_BOOT", "canonical_solution", "crossover_k", "crossover_table", "curve_table", "per_problem",
+           "distinct_correct", "at_first_reach"]
 
 
 def curve_table(per_problem: dict[str, np.ndarray], ks: Sequence[int], *, seed: int = 0) -> list[dict]:
-    """Rows {model, k, pass, low, high}: mean pass@k over problems with a 95 % percentile bootstrap interval."""
+    """Rows {model, k, pass, low, high}: mean pass@k over problems with a 95 % percentile bootstrap interval
+    (``contracts.passk.passk_curve`` of each model's pass@k matrix)."""
     rows = []
     for name, m in per_problem.items():
-        for j, k in enumerate(ks):
-            est, lo, hi = bootstrap_ci(m[:, j], n_boot=N_BOOT, seed=seed)
-            rows.append({"model": name, "k": int(k), "pass": est, "low": lo, "high": hi})
+        for k, (est, lo, hi) in passk_curve(m, ks, n_boot=N_BOOT, seed=seed).items():
+            rows.append({"model": name, "k": k, "pass": est, "low": lo, "high": hi})
     return rows
 
 

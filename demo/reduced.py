@@ -1,4 +1,5 @@
-"""``python -m demo``'s main job (issue #27): the paper's premise regime, reduced to fit about ten minutes on CPU.
+"""``python -m demo``'s main job (issue #27): the paper's premise regime, reduced to minutes on CPU (times in
+docs/performance.md).
 
 The premise (``demo.premise``, paper §3) is where the miniature shows what the paper is about: on-policy RL raises
 pass@1 while pass@k at large k falls (the policy narrows), and a relay from an early checkpoint recovers the lost
@@ -26,14 +27,16 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
+from contracts.commands import pct, points
 from contracts.files import atomic_write_json, atomic_write_text
+from demo.addition import MARKER as ADDITION_MARKER
+from demo.common import DemoError, Log, machine, relay_rows
 from demo.miniature import T975
-from demo.pipeline import MARKER as ADDITION_MARKER
-from demo.pipeline import DemoError, Log, machine
 from demo.premise import _Stages, run_premise
 from demo.premise_page import render_seed_lift, render_support, support_reading
 from demo.premise_budget import MARKER, METHODS, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name, method_list
@@ -69,16 +72,11 @@ def draw_figures(out: Path, b: PremiseBudget, *, log: Log) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 # the summary: every number read from the tables
 # ------------------------------------------------------------------------------------------------------------
-def _pts(d: float) -> str:
-    return f"{100 * d:+.1f}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+_pct = partial(pct, unit="", missing="")   # a table cell or a number whose text says %: contracts.commands.pct
 
 
 def _ci(diff: float, low: float, high: float) -> str:
-    return f"{_pts(diff)} [{_pts(low)}, {_pts(high)}]"
+    return f"{points(diff)} [{points(low)}, {points(high)}]"
 
 
 def verdict(low: float, high: float) -> str:
@@ -193,8 +191,8 @@ def _reading(h: dict, b: PremiseBudget) -> list[str]:
         if m["method"] == "onpolicy" or f"vs_onpolicy@{K}" not in m:
             continue
         a, z = m["vs_onpolicy@1"], m[f"vs_onpolicy@{K}"]
-        parts.append(f"{METHODS[m['method']].paper}: pass@1 {_pts(a['diff'])} ({a['verdict']}), pass@{K} "
-                     f"{_pts(z['diff'])} ({z['verdict']})")
+        parts.append(f"{METHODS[m['method']].paper}: pass@1 {points(a['diff'])} ({a['verdict']}), pass@{K} "
+                     f"{points(z['diff'])} ({z['verdict']})")
     if parts:
         lines.append(f"3. **Each method against on-policy** (same training seed, paired over the held-out problems; "
                      "the table below has the intervals): " + "; ".join(parts) + ".")
@@ -269,9 +267,7 @@ def render_summary(out: Path, b: PremiseBudget, report: dict, *, command: str, t
         lines += ["", f"## Relay (Figure 2): early (step {b.early_step}) writes half, final (step {b.total_steps}) "
                       "continues", "", "| k | early % | relay % | final % | relay − final, points [95% CI] |",
                   "|---:|---:|---:|---:|---|"]
-        for _, r in relay.iterrows():
-            lines.append(f"| {int(r['k'])} | {_pct(r['early'])} | {_pct(r['relay'])} | {_pct(r['final'])} | "
-                         f"{_ci(r['diff'], r['diff_low'], r['diff_high'])} |")
+        lines += relay_rows(relay)
     if tables["support"] is not None:
         lines += ["", "## What RL lost and the relay recovers, problem by problem (`tsanalysis support`)", "",
                   *render_support(tables["support"], K), "", support_reading(tables["support"], K)]

@@ -1,7 +1,7 @@
 """The rollout-engine interface every engine implements, and the argument rules they share.
 
 A prompt is a list of token ids; it may already hold a prefix of an earlier response (a Thinking Seeds *seed*,
-DESIGN.md §2). ``generate`` returns one ``Completion`` per prompt (callers repeat a prompt G times for G samples).
+docs/method.md). ``generate`` returns one ``Completion`` per prompt (callers repeat a prompt G times for G samples).
 The whole prompt is prefilled in one forward pass (never decoded token by token), so a long seed costs one
 prefill, like a prompt.
 

@@ -1,7 +1,8 @@
 """Tiny character-level Llama models for tests, CI and the CPU demo.
 
-Nothing can be downloaded from a model hub on the development machines (design notes §5), so every test
-builds its policy here: a character-level tokenizer and a small ``LlamaForCausalLM`` with tied embeddings.
+Nothing can be downloaded from a model hub on the development machines, and the suite runs offline
+(``HF_HUB_OFFLINE=1``), so every test builds its policy here: a character-level tokenizer and a small
+``LlamaForCausalLM`` with tied embeddings.
 The saved directory is an ordinary Hugging Face model directory; the code path that loads it
 (``AutoTokenizer`` / ``AutoModelForCausalLM.from_pretrained``) is the one used for real models.
 
@@ -11,7 +12,7 @@ no special tokens are added on encode, and decoding concatenates tokens (a ``Fus
 ``decode(encode(s)) == s`` for any string of newlines and printable ASCII.
 
 The model architecture is Llama, not Qwen2: with ``model_type: qwen2``, transformers 5.x ``AutoTokenizer``
-silently swaps a char-level tokenizer for Qwen's (design notes §5). The saved ``tokenizer_config.json``
+silently swaps a char-level tokenizer for Qwen's (spaces and newlines lost). The saved ``tokenizer_config.json``
 names ``PreTrainedTokenizerFast`` (an alias of ``TokenizersBackend`` in transformers 5.x, and the class
 transformers 4.x, which vLLM pins, knows), so both reload the exact ``tokenizer.json``.
 

@@ -14,8 +14,8 @@ special token a model needs (``<|im_start|>``, ``<｜begin▁of▁sentence｜>``
 
 from __future__ import annotations
 
-__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "render_prompt", "lcb_prompt", "lcb_question", "SYSTEM_PROMPT",
-           "LCB_RUNNER_REVISION"]
+__all__ = ["BOXED_INSTRUCTION", "TEMPLATES", "MATH_TEMPLATES", "TASK_TEMPLATES", "render_prompt", "lcb_prompt",
+           "lcb_question", "SYSTEM_PROMPT", "LCB_RUNNER_REVISION"]
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -86,6 +86,13 @@ def _lcb(question: str, tokenizer=None) -> str:
 
 
 TEMPLATES = {"raw": _raw, "qwen-math": _qwen_math, "qwen-boxed": _qwen_boxed, "r1": _r1, "lcb": _lcb}
+
+# which templates suit which training task (its reward; the trainer's preflight refuses the others): code gets
+# LiveCodeBench's prompt, math a boxed-answer one, the embedded tasks (tiny char-level models without a chat template)
+# their prompt as is. eval's default per benchmark is ``Benchmark.default_template``.
+MATH_TEMPLATES = ("qwen-math", "qwen-boxed", "r1")
+TASK_TEMPLATES = {"code": ("lcb",), "math": MATH_TEMPLATES, "addition": ("raw",), "countdown": ("raw",),
+                  "minicode": ("raw",)}
 
 
 def render_prompt(template: str, question: str, tokenizer=None) -> str:

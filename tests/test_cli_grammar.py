@@ -1,4 +1,4 @@
-"""One command grammar (README "Command conventions", ``contracts.commands``): bad input is one ``error:`` line and
+"""One command grammar (docs/commands.md, ``contracts.commands``): bad input is one ``error:`` line and
 exit 2 in every entry point, a failure inside a run one line and exit 1 (the traceback with THINKING_SEEDS_DEBUG=1),
 Ctrl-C 130 and SIGTERM 143 with where the same command resumes; rates a person reads in percent; the relay takes
 eval.run's ``--benchmarks`` and records the engine and dtype of its samples; the data messages say where the data
@@ -28,6 +28,7 @@ from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
 from tsanalysis import relay
 from tsanalysis.cli import build_parser, format_passk
 from tsanalysis.cli import main as tsanalysis_main
+from tsanalysis.config import RelayConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,6 +51,10 @@ def test_pct_and_points_with_real_numbers():
         ["43.3%", "33.3%", "66.7%", "8.8%", "0.0%", "100.0%"]
     assert (pct(None), pct(float("nan")), pct(0.5, unit=""), pct(1 / 8, digits=2)) == ("n/a", "n/a", "50.0", "12.50%")
     assert [points(-0.025), points(0.145), points(0.0), points(None)] == ["-2.5", "+14.5", "+0.0", "n/a"]
+    # a table's empty cell: the demo pages' and summaries' cells (one formatter for every percentage)
+    assert (pct(None, unit="", missing=""), pct(float("nan"), unit="", missing=""), pct(0.4375, unit="", missing="")) \
+        == ("", "", "43.8")
+    assert (points(float("nan"), missing=""), points(-0.0125, missing="")) == ("", "-1.2")
 
 
 def test_eval_report_line_and_relay_table_print_percentages():
@@ -77,26 +82,26 @@ def test_relay_takes_benchmarks_and_the_old_benchmark():
 
 def test_relay_resume_with_another_engine_or_dtype_is_refused(tiny, tmp_path, monkeypatch, capsys):
     out = tmp_path / "relay"
-    kw = dict(early=str(tiny), final=str(tiny), benchmark="addition", n=1, limit=1, max_tokens=4, engine="hf",
-              out=out, log=lambda s: None)
-    relay.run_relay(**kw)
+    cfg = RelayConfig(early=str(tiny), final=str(tiny), benchmark="addition", n=1, limit=1, max_tokens=4, engine="hf",
+                      out=out)
+    relay.run_relay(cfg, log=lambda s: None)
     marker = out / relay.SETTINGS_FILE
     recorded = json.loads(marker.read_text())
     assert (recorded["engine"], recorded["dtype"]) == ("hf", "float32")   # the tiny checkpoint is float32
     monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("a model was loaded"))
-    relay.run_relay(**kw)   # the same engine and dtype: a finished folder, nothing generated again
+    relay.run_relay(cfg, log=lambda s: None)   # the same engine and dtype: a finished folder, nothing generated again
     for key, value in (("dtype", "bfloat16"), ("engine", "vllm")):
         marker.write_text(json.dumps({**recorded, key: value}))
         with pytest.raises(relay.RelayError, match=rf"other settings \({key}: recorded '{value}', now "
                                                    rf"'{recorded[key]}'\); use another --out"):
-            relay.run_relay(**kw)
+            relay.run_relay(cfg, log=lambda s: None)
     rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmarks", "addition", "--n", "1",
                           "--limit", "1", "--max-tokens", "4", "--engine", "hf", "--out", str(out)])
     [line] = _error_lines(capsys.readouterr().err)
     assert rc == 2 and line.startswith(f"error: '{out}' was written with other settings (engine: recorded 'vllm'")
     # a folder from before engine and dtype were recorded: taken to match
     marker.write_text(json.dumps({k: v for k, v in recorded.items() if k not in ("engine", "dtype")}))
-    tables, _, settings = relay.run_relay(**kw)
+    tables, _, settings = relay.run_relay(cfg, log=lambda s: None)
     assert settings["args"]["dtype"] == "float32" and len(tables["relay_problems"]) == 1
 
 

@@ -269,7 +269,7 @@ def test_mini_code_preset_trains_with_rewards_from_the_sandbox(tmp_path):
 
 @pytest.mark.slow   # a short warm-up, 3 RL steps and two held-out evaluations, every reward a sandbox run
 def test_code_table_pipeline_scores_rl_on_problems_training_never_saw(tmp_path):
-    """The miniature code table's pipeline (demo.pipeline, the on-policy row, seed 0) at a few steps: the RL pool and
+    """The miniature code table's pipeline (demo.addition, the on-policy row, seed 0) at a few steps: the RL pool and
     the warm-up's traces leave out every prompt of the held-out minicode split, the warm-up and the RL checkpoint are
     scored on that split by ``eval.run`` with the table's settings, every reward and verdict is a graded sandbox
     run, and the paired bootstrap the table reports is the difference of the two averages over the same problems.
@@ -282,8 +282,8 @@ def test_code_table_pipeline_scores_rl_on_problems_training_never_saw(tmp_path):
     from dataclasses import replace
 
     from contracts.passk import paired_bootstrap
-    from demo.pipeline import (CODE, CODE_METHODS, final_checkpoint, heldout_prompts, make_data, run_config,
-                               warmup)
+    from demo.addition import CODE, CODE_METHODS, final_checkpoint, heldout_prompts, make_data, warmup
+    from demo.common import run_config
     from eval.config import EvalConfig
     from eval.run import run_eval
     from trainer.fsdp import Dist

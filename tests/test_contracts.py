@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from typing import Literal, Optional
@@ -11,8 +12,8 @@ import pytest
 
 from contracts import config as cc
 from contracts.files import append_jsonl, atomic_path, atomic_write_json, atomic_write_jsonl, atomic_write_text
-from contracts.jsonl import read_jsonl
-from contracts.passk import k_grid, pass_at_k, pass_at_k_curve, summarize
+from contracts.jsonl import read_jsonl, read_rows
+from contracts.passk import k_grid, pass_at_k, passk_matrix, summarize
 from contracts.settings import SettingsMismatch, check_settings, claim_folder, settings_diff
 
 Engine = Literal["hf", "vllm", "auto"]
@@ -129,13 +130,52 @@ def test_read_jsonl_names_the_file_and_line(tmp_path):
         read_jsonl(path)
 
 
+def test_atomic_write_jsonl_writes_one_compact_line_per_row(tmp_path):
+    # the one JSONL writer (the task data files of `python -m scoring.tasks.make` and the demos go through it too)
+    path = atomic_write_jsonl(tmp_path / "d" / "rows.jsonl", [{"id": "a-0", "prompt": "1+2=", "answer": 3},
+                                                              {"x": "×"}])
+    assert path == tmp_path / "d" / "rows.jsonl"
+    assert path.read_bytes() == b'{"id": "a-0", "prompt": "1+2=", "answer": 3}\n{"x": "\xc3\x97"}\n'
+    assert sorted(p.name for p in path.parent.iterdir()) == ["rows.jsonl"]   # no temporary file left
+
+
+def test_read_rows_takes_json_lines_or_an_array_and_says_where_each_row_is(tmp_path):
+    lines = tmp_path / "p.jsonl"
+    lines.write_text('{"id": 1}\n\n{"id": 2}\n')
+    assert read_rows(lines) == [(f"{lines}:1", 1, {"id": 1}), (f"{lines}:3", 3, {"id": 2})]   # blank lines count
+    packed = tmp_path / "p.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"id": 1}\n'))
+    assert read_rows(packed) == [(f"{packed}:1", 1, {"id": 1})]
+    array = tmp_path / "p.json"
+    array.write_text('\n  [{"id": 1},\n   {"id": 2}]\n')
+    assert read_rows(array) == [(f"{array}[0]", 1, {"id": 1}), (f"{array}[1]", 2, {"id": 2})]
+    assert [x.where for x in read_rows(array)] == [f"{array}[0]", f"{array}[1]"]
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.jsonl", '{"id": 1}\n{"id": \n', "bad.jsonl:2: malformed JSON line (Expecting value at column 1)"),
+    ("str.jsonl", '{"id": 1}\n"x"\n', "str.jsonl:2: expected a JSON object, got str"),
+    ("bad.json", '[{"id": 1},\n {"id": }]', "bad.json:2: malformed JSON (Expecting value at column 9)"),
+    ("int.json", '[{"id": 1}, 3]', "int.json[1]: expected a JSON array of objects, got int"),
+], ids=["jsonl-malformed", "jsonl-not-object", "array-malformed", "array-not-object"])
+def test_read_rows_errors_name_the_file_and_line(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        read_rows(path)
+    assert str(err.value) == f"{tmp_path}/{message}"
+    with pytest.raises(FileNotFoundError, match=f"^problems file {tmp_path}/none.jsonl does not exist$"):
+        read_rows(tmp_path / "none.jsonl", what="problems file")
+
+
 def test_one_k_grid_for_every_pass_at_k_table():
     assert k_grid(1) == [1]
     assert k_grid(32) == [1, 2, 4, 8, 16, 32]
     assert k_grid(6) == [1, 2, 4, 6]
     assert k_grid(6, with_n=False) == [1, 2, 4]
     n, c = np.array([6, 6, 6]), np.array([0, 1, 6])
-    assert sorted(pass_at_k_curve(n, c)) == k_grid(6)
+    assert passk_matrix(n, c).shape == (3, len(k_grid(6)))   # one column per k of the grid
+    assert passk_matrix(n, c)[:, -1].tolist() == [0.0, 1.0, 1.0]
     table = summarize(n, c)
     assert sorted(table["pass"]) == k_grid(6)
     assert table["pass"][6][0] == pytest.approx(2 / 3)

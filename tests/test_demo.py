@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.pipeline import FULL, METHODS, QUICK, DemoError, prepare_out, run_config, run_finished
+from demo.addition import FULL, METHODS, QUICK, prepare_out
+from demo.common import DemoError, run_config, run_finished
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

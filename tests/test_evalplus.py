@@ -12,7 +12,7 @@ import evalplus  # noqa: E402  (make install brings it: these tests never skip)
 
 from eval import run  # noqa: E402
 from scoring.benchmarks import evalplus_plus as ep  # noqa: E402
-from eval.samples import read_samples  # noqa: E402
+from contracts.samples import read_samples  # noqa: E402
 from scoring.sandbox import encode_tagged, run_harness, run_many  # noqa: E402
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "evalplus"

@@ -1,4 +1,4 @@
-"""The layering (docs/architecture.md, DESIGN §4), read from the source with ``ast``: nothing is imported.
+"""The layering (docs/architecture.md "The stack"), read from the source with ``ast``: nothing is imported.
 
 contracts (bottom) -> scoring -> inference -> trainer | eval -> tsanalysis -> figures -> demo | benchmarks | notebooks.
 A package imports only packages of lower layers (peers never import each other: eval and tsanalysis do not import
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# tsanalysis sits above eval: the relay reads eval's benchmark registry (problems and their grader)
+# tsanalysis sits above eval (it reads eval's results files) but imports nothing from it: the sample-file format is
+# contracts.samples, the model and context checks inference.hub, the batch grader and benchmark registry scoring's
 LAYER = {"contracts": 0, "scoring": 1, "inference": 2, "trainer": 3, "eval": 3, "tsanalysis": 4, "figures": 5,
          "demo": 6, "benchmarks": 6, "notebooks": 6}
 NO_TORCH = {"scoring": ("torch", "transformers", "vllm"), "contracts": ("torch", "transformers", "vllm", "pandas")}
@@ -158,6 +159,13 @@ def test_no_package_cycles_and_every_import_goes_down():
 def test_eval_and_tsanalysis_import_nothing_from_trainer(package):
     bad = [_where(s, d) for s, ts in GRAPH.items() if s.split(".")[0] == package for d in ts
            if d.split(".")[0] == "trainer"]
+    assert not bad, bad
+
+
+def test_tsanalysis_imports_nothing_from_eval():
+    # what both need lives below them (contracts.samples, inference.hub, scoring): the analysis borrows nothing
+    bad = [_where(s, d) for s, ts in GRAPH.items() if s.split(".")[0] == "tsanalysis" for d in ts
+           if d.split(".")[0] == "eval"]
     assert not bad, bad
 
 

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from demo import miniature, premise_page
+from demo.common import REPO
 from demo.page_numbers import STALE_LINE, Cited, audit, clean, mark, mentions, parse_page, report, split, stale, unused
-from demo.pipeline import REPO
 
 PAGES = {"miniature": (REPO / "docs" / "miniature.md", miniature.NOTES_HEADING, miniature.NOTES_SOURCES),
          "premise": (REPO / "docs" / "premise.md", premise_page.NOTES_HEADING, premise_page.NOTES_SOURCES),

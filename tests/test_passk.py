@@ -6,7 +6,8 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from contracts.passk import avg_at_n, bootstrap_ci, paired_bootstrap, pass_at_k, pass_at_k_curve
+from contracts.passk import (avg_at_n, bootstrap_ci, k_grid, paired_bootstrap, pass_at_k, passk_curve, passk_matrix,
+                             summarize)
 
 
 def brute_pass_at_k(n: int, c: int, k: int) -> float:
@@ -47,10 +48,34 @@ def test_pass_at_k_refuses_k_larger_than_n():
 
 def test_avg_at_n_and_curve():
     np.testing.assert_allclose(avg_at_n([4, 8], [1, 8]), [0.25, 1.0])
-    curve = pass_at_k_curve(np.array([8, 8]), np.array([1, 4]))
-    assert sorted(curve) == [1, 2, 4, 8]
-    np.testing.assert_allclose(curve[8], [1.0, 1.0])
-    np.testing.assert_allclose(curve[2], [brute_pass_at_k(8, 1, 2), brute_pass_at_k(8, 4, 2)])
+    m = passk_matrix(np.array([8, 8]), np.array([1, 4]))   # one column per k of k_grid(8) = 1, 2, 4, 8
+    assert m.shape == (2, 4)
+    np.testing.assert_allclose(m[:, 3], [1.0, 1.0])
+    np.testing.assert_allclose(m[:, 1], [brute_pass_at_k(8, 1, 2), brute_pass_at_k(8, 4, 2)])
+
+
+def test_passk_matrix_columns_are_pass_at_k_of_the_given_ks():
+    n, c = np.array([4, 6, 8]), np.array([0, 3, 8])
+    m = passk_matrix(n, c, [1, 3])
+    assert m.shape == (3, 2)
+    np.testing.assert_allclose(m[:, 0], [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(m[:, 1], [0.0, brute_pass_at_k(6, 3, 3), 1.0])   # 1 - C(3,3)/C(6,3) = 0.95
+    assert m[1, 1] == pytest.approx(0.95)
+    assert passk_matrix(n, c, []).shape == (3, 0)
+    with pytest.raises(ValueError, match="at least 5 samples"):
+        passk_matrix(n, c, [5])
+
+
+def test_passk_curve_hand_derived_intervals():
+    # column k=1: scores 0 and 1, so a resample of the two problems is all-0 or all-1 with chance 1/4 each: the
+    # 2.5 % and 97.5 % quantiles are 0 and 1; column k=2: both problems 1, a zero-width interval
+    m = np.array([[0.0, 1.0], [1.0, 1.0]])
+    assert passk_curve(m, [1, 2]) == {1: (0.5, 0.0, 1.0), 2: (1.0, 1.0, 1.0)}
+    n, c = np.array([6, 6, 6, 6]), np.array([0, 1, 3, 6])
+    ks = k_grid(6)
+    assert passk_curve(passk_matrix(n, c, ks), ks, seed=7) == summarize(n, c, seed=7)["pass"]
+    with pytest.raises(ValueError, match=r"needs a \[problems, 3\] matrix"):
+        passk_curve(m, [1, 2, 4])
 
 
 def test_bootstrap_ci_fixed_seed_and_degenerate_cases():

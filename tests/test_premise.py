@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contracts.passk import pass_at_k
-from demo.pipeline import DemoError
+from contracts.passk import pass_at_k, passk_matrix
+from demo.common import DemoError
 from demo.premise import prepare_out, run_premise
 from demo.premise_budget import TOY
-from demo.premise_stats import canonical_solution, crossover_k, crossover_table, distinct_correct, passk_matrix
+from demo.premise_stats import canonical_solution, crossover_k, crossover_table, distinct_correct
 from contracts.passk import k_grid
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,7 +211,7 @@ def test_toy_training_curve_scores_every_checkpoint_and_ends_at_the_methods_tabl
 
 @pytest.mark.slow   # the toy regime: a warm-up and four short runs
 def test_toy_curves_are_the_unbiased_estimator_over_the_eval_files(toy):
-    from eval.samples import read_samples
+    from contracts.samples import read_samples
 
     out, _, _, _ = toy
     curves = pd.read_csv(out / "tables" / "passk_curves.csv")
@@ -263,7 +263,7 @@ def test_extend_to_continues_copies_of_the_runs_that_miss_on_policys_pass1(toy, 
     import shutil
 
     import demo.premise as premise
-    from demo.pipeline import read_metrics
+    from demo.common import read_metrics
     from demo.premise_budget import method_list
     from demo.premise_page import write_page
 
@@ -374,7 +374,7 @@ def test_main_job_writes_figures_2_to_5_the_paired_table_and_the_summary(toy):
 @pytest.mark.slow
 def test_methods_vs_onpolicy_is_the_paired_bootstrap_over_the_eval_files(toy):
     from contracts.passk import paired_bootstrap
-    from eval.samples import read_samples
+    from contracts.samples import read_samples
     from demo.premise_stats import per_problem
 
     out, _, _, _ = toy
@@ -479,6 +479,7 @@ def test_demo_flags_and_an_addition_folder_get_one_line_exit_2(tmp_path, capsys)
 
 @pytest.mark.slow
 def test_support_and_seed_lift_tables_are_those_of_the_tsanalysis_commands(toy):
+    from tsanalysis.config import SupportConfig
     from tsanalysis.support import support_tables
     from tsanalysis.tables import seeds_tables
 
@@ -486,8 +487,9 @@ def test_support_and_seed_lift_tables_are_those_of_the_tsanalysis_commands(toy):
     sup = pd.read_csv(out / "tables" / "support.csv")
     pairs = set(zip(sup["from"], sup["to"]))
     assert {("warmup", "early"), ("warmup", "final"), ("final", "relay"), ("early", "relay")} <= pairs
-    want = support_tables(out / "eval", models=["warmup", "early", "onpolicy-seed0", "relay"],
-                          relay=out / "analysis" / "relay" / "countdown-early-to-final-cut0.5", log=lambda m: None)
+    want = support_tables(SupportConfig(eval_dir=out / "eval", models=["warmup", "early", "onpolicy-seed0", "relay"],
+                                        relay=out / "analysis" / "relay" / "countdown-early-to-final-cut0.5"),
+                          log=lambda m: None)
     w = want["support"].replace({"from": {"onpolicy-seed0": "final"}, "to": {"onpolicy-seed0": "final"}})
     assert list(zip(sup["from"], sup["to"], sup["k"])) == list(zip(w["from"], w["to"], w["k"]))
     for c in ("gained", "lost", "kept"):

@@ -219,7 +219,7 @@ def test_eval_samples_do_not_depend_on_how_problems_are_chunked(tmp_path):
     """eval.run seeds each (problem, sample): the chunking (``--chunk-sequences``, which also decides what a
     data-parallel engine process takes) changes nothing in what is sampled."""
     from eval import run
-    from eval.samples import read_samples
+    from contracts.samples import read_samples
     from inference.tiny import save_tiny
     model = save_tiny(tmp_path / "tiny-1m", "1m")
     rows = {}

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from scoring.tasks import TASKS, addition, countdown, get_task, minicode
+from scoring.tasks import HELDOUT_SEED, TASKS, TRAIN_SEED, WARMUP_SEED, addition, countdown, get_task, minicode
 from scoring.tasks import make as make_cli
 
 
@@ -206,13 +206,23 @@ def test_make_cli_writes_jsonl(tmp_path, capsys):
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == addition.make_examples(20, seed=5, min_digits=2, max_digits=3)
-    assert not out.with_name("add.jsonl.tmp").exists()
+    assert out.read_text() == "".join(json.dumps(r) + "\n" for r in rows)   # compact lines, as before the one writer
+    assert sorted(p.name for p in out.parent.iterdir()) == ["add.jsonl"]     # no temporary file left
     assert "wrote 20 addition examples" in capsys.readouterr().out
 
     out = tmp_path / "cd.jsonl"
     make_cli.main(["--task", "countdown", "--n", "5", "--max-numbers", "3", "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == countdown.make_examples(5, seed=0, max_numbers=3)
+
+
+def test_the_seeds_of_the_data_pools_have_one_home():
+    from scoring.benchmarks.tasks import ADDITION
+    assert (HELDOUT_SEED, WARMUP_SEED, TRAIN_SEED) == (10_000, 7919, 1)
+    held = ADDITION.load()
+    assert [p.id for p in held[:2]] == ["addition-s10000-000000", "addition-s10000-000001"]
+    assert [p.question for p in held] == [r["prompt"] for r in addition.make_examples(200, seed=HELDOUT_SEED)]
+    assert ADDITION.version == "addition-1-seed10000-n200"
 
 
 def test_make_cli_rejects_options_of_other_tasks(tmp_path):

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from contracts.jsonl import iter_jsonl
+from contracts.jsonl import read_rows
 from scoring.tasks import get_task
 from scoring.templates import SYSTEM_PROMPT, lcb_question, render_prompt
 from trainer.config import uses_traces
@@ -32,28 +32,16 @@ class DataError(ValueError):
     """A training data file that cannot be used; the message names the file, line and field."""
 
 
-def read_rows(path: str | Path) -> list[tuple[int, dict]]:
-    """(line number, row) for a JSONL file or a JSON array file; errors name file and line."""
+def _file_rows(path: str | Path) -> list[tuple[int, dict]]:
+    """(number, row) of a training data file, JSON lines or a JSON array (``contracts.jsonl.read_rows``: the number is
+    a row's line, or its position in the array; errors name the file and line), its errors as DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"training data file '{path}' does not exist")
-    text = path.read_text()
-    if not (path.suffix == ".json" or text.lstrip().startswith("[")):
-        try:
-            return list(iter_jsonl(path))   # contracts.jsonl: FILE:LINE errors
-        except ValueError as exc:
-            raise DataError(f"{exc}; each line must be one JSON object") from None
     try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(rows, list):
-        raise DataError(f"{path}: a .json data file must hold a JSON array of objects")
-    out = list(enumerate(rows, start=1))
-    for lineno, row in out:
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-    return out
+        return [(x.number, x.row) for x in read_rows(path)]
+    except ValueError as exc:
+        raise DataError(f"{exc}; a data file holds one JSON object per line, or one JSON array of objects") from None
 
 
 def load_examples(cfg) -> list[dict]:
@@ -68,7 +56,7 @@ def load_examples(cfg) -> list[dict]:
         source = f"task '{cfg.task}'"
         numbered = list(enumerate(rows, start=1))
     elif Path(cfg.train_file).exists():
-        numbered = read_rows(cfg.train_file)
+        numbered = _file_rows(cfg.train_file)
         source = cfg.train_file
     else:
         numbered = list(enumerate(_load_hub(cfg.train_file, cfg.train_subset), start=1))
@@ -126,7 +114,7 @@ def tokenize_prompts(cfg, examples: list[dict], tokenizer) -> Prompts:
     counts = {"prompt_too_long": 0, "luffy_trace_too_long": 0}
     drop_traces = cfg.algorithm == "luffy" and cfg.luffy_long_traces == "drop"
     for ex in examples:
-        ids = tokenizer(render(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(render_prompt(cfg.template, ex["prompt"], tokenizer), add_special_tokens=False)["input_ids"]
         if len(ids) > cfg.max_prompt_tokens:
             counts["prompt_too_long"] += 1
         elif drop_traces and len(off_policy_ids(tokenizer, ex, cfg.off_policy_key)) > cfg.max_response_tokens:
@@ -138,13 +126,6 @@ def tokenize_prompts(cfg, examples: list[dict], tokenizer) -> Prompts:
                   f"{cfg.max_prompt_tokens}, {counts['luffy_trace_too_long']} have an off-policy trace longer than "
                   f"max_response_tokens={cfg.max_response_tokens} (luffy_long_traces=drop); raise the budgets")
     return Prompts(prompt_ids, kept, counts)
-
-
-def render(template: str, question: str, tokenizer) -> str:
-    """The prompt text of a question (``scoring.templates``; ``raw``: embedded tasks, the prompt is the question)."""
-    if template == "raw":
-        return question
-    return render_prompt(template, question, tokenizer)
 
 
 def off_policy_ids(tokenizer, example: dict, key: str) -> list[int]:

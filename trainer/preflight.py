@@ -51,7 +51,7 @@ from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnErr
                              grade_task_batch, load_reward_fn, reward_of)
 from scoring.sandbox import SandboxError, check_isolation
 from scoring.tasks import TASKS, get_task
-from scoring.templates import BOXED_INSTRUCTION, TEMPLATES, render_prompt
+from scoring.templates import BOXED_INSTRUCTION, MATH_TEMPLATES, TASK_TEMPLATES, TEMPLATES, render_prompt
 from trainer.config import Config, validation_on
 from trainer.fsdp import HSDP_REPLICAS_ENV, hsdp_shape
 from trainer.data import DataError, code_fields, get_field, load_examples
@@ -74,12 +74,6 @@ PUBLISHED = {
                              "style": "rule"}},
     },
 }
-
-# which templates suit which reward (scoring.templates): code gets LiveCodeBench's prompt, math a boxed-answer one,
-# the embedded tasks (tiny char-level models without a chat template) their prompt as is
-MATH_TEMPLATES = ("qwen-math", "qwen-boxed", "r1")
-TASK_TEMPLATES = {"code": ("lcb",), "math": MATH_TEMPLATES, "addition": ("raw",), "countdown": ("raw",),
-                  "minicode": ("raw",)}
 
 
 @dataclass
@@ -319,7 +313,7 @@ def check_prompt(cfg: Config, examples: list[dict]) -> Check:
         return Check("prompt", "skip", "no rows to render")
     tok, where = _offline_tokenizer(cfg)
     try:
-        text = examples[0]["prompt"] if cfg.template == "raw" else render_prompt(cfg.template, examples[0]["prompt"], tok)
+        text = render_prompt(cfg.template, examples[0]["prompt"], tok)
     except Exception as exc:
         return Check("prompt", "fail", f"template '{cfg.template}' cannot render the first row: "
                                        f"{type(exc).__name__}: {exc}")
@@ -329,8 +323,7 @@ def check_prompt(cfg: Config, examples: list[dict]) -> Check:
     if tok is None:
         return Check("prompt", "skip", f"first row rendered without a chat template ({len(text)} characters); "
                                        f"{where}, so the chat template and prompt lengths are not checked")
-    lengths = [len(tok(text if i == 0 else (ex["prompt"] if cfg.template == "raw" else
-                                             render_prompt(cfg.template, ex["prompt"], tok)),
+    lengths = [len(tok(text if i == 0 else render_prompt(cfg.template, ex["prompt"], tok),
                        add_special_tokens=False)["input_ids"])
                for i, ex in enumerate(examples[:2000])]
     kept = sum(n <= cfg.max_prompt_tokens for n in lengths)

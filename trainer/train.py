@@ -8,10 +8,10 @@ log, checkpoint). Everything is vanilla DAPO (clip-higher, token-mean over the g
 sampling, optional overlong shaping and mini-batching) except these departures, each behind one config field:
 
 * ``algorithm=seeds`` (Thinking Seeds, the paper's method): ``trainer/algos/seeds.py`` plus
-  ``RolloutBuilder._refresh/_seeded`` in ``trainer/rollout.py``. Every ``seed_refresh_interval`` (T) steps the
-  current policy writes G responses for the prompts of the next T batches (behavior log-probs and entropies from
-  one no-grad trainer forward, or from the sampler with ``behavior_logprobs=sampler``); batch s+j (j >= 1) cuts
-  each cached response (``seed_rule`` ratio | entropy) and
+  ``RolloutBuilder._refresh/_seeded/_cut_and_continue`` in ``trainer/rollout.py``. Every
+  ``seed_refresh_interval`` (T) steps the current policy writes G responses for the prompts of the next T batches
+  (behavior log-probs and entropies from one no-grad trainer forward, or from the sampler with
+  ``behavior_logprobs=sampler``); batch s+j (j >= 1) cuts each cached response (``seed_rule`` ratio | entropy) and
   the current policy continues. ``seed_loss=state+action``: seed tokens enter the clipped loss with
   r = pi_theta / pi_behavior, continuation tokens with r = pi_theta / pi_old; ``state``: seed tokens are masked.
 * ``algorithm=luffy``: groups mix G-1 on-policy samples with 1 off-policy trace (``off_policy_key`` column);

@@ -20,14 +20,13 @@ import torch
 
 from inference.hub import ModelSourceError, resolve_model
 from inference.tiny import build_model, build_tokenizer, num_parameters, save_pretrained_atomic
-from scoring.tasks import get_task
+from scoring.tasks import WARMUP_SEED, get_task
 from trainer.config import Config
 from trainer.fsdp import Dist, all_gather_objects_patiently, barrier
 from trainer.sft import sft
 
 SUMMARY = "warmup_summary.json"
 TRAINER_POOL = 4000        # solver traces the trainer's tiny warm-up draws from the task
-TRAINER_POOL_SEED = 7919   # added to the config's seed: the pool is not the RL prompt stream
 
 
 def read_warmup(path: str | os.PathLike) -> dict | None:
@@ -99,7 +98,7 @@ def warm_start(cfg: Config, d: Dist) -> str:
         return hub_snapshot(cfg.model, d)
     path = sft_cache_dir(cfg)
     if d.is_main:
-        examples = get_task(cfg.task).make_examples(TRAINER_POOL, seed=cfg.seed + TRAINER_POOL_SEED,
+        examples = get_task(cfg.task).make_examples(TRAINER_POOL, seed=cfg.seed + WARMUP_SEED,
                                                     **cfg.task_kwargs)
         build_warmup(path, size=cfg.model.split(":", 1)[1], examples=examples, steps=cfg.sft_steps,
                      stop_loss=cfg.sft_stop_loss, seed=cfg.seed, log=lambda m: print(m, file=sys.stderr),

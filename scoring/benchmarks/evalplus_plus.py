@@ -34,8 +34,9 @@ import os
 import threading
 from pathlib import Path
 
+from contracts.jsonl import read_rows
 from scoring.benchmarks.base import Benchmark, Problem, Verdict
-from scoring.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_completion, read_jsonl_any, sanitize
+from scoring.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_completion, sanitize
 from scoring.code import extract_code, program_packages, short_repr, verdict_of_status
 from scoring.limits import CODE_LIMITS
 from scoring.pool import WorkerPool, apply
@@ -67,8 +68,7 @@ def _evalplus():
 def _check_plus_file(file: Path) -> None:
     """Every line of an EvalPlus data file has its fields, and task ids are unique (errors name FILE:LINE)."""
     seen: dict[str, int] = {}
-    for lineno, r in read_jsonl_any(file):
-        where = f"{file}:{lineno}"
+    for where, lineno, r in read_rows(file, what="problems file"):
         missing = [k for k in _FIELDS_PLUS if k not in r]
         if missing:
             raise ValueError(f"{where}: missing field(s) {missing}; an EvalPlus record has {list(_FIELDS_PLUS)} "

@@ -34,11 +34,11 @@ import threading
 from pathlib import Path
 
 from scoring.benchmarks.base import Benchmark, Problem, Verdict
-from contracts.jsonl import iter_jsonl
+from contracts.jsonl import read_rows
 from scoring.code import extract_code, grade_assert_script
 from scoring.limits import CODE_LIMITS
 
-__all__ = ["BENCHMARK", "VERSION", "CODE_GENERATION", "DATA_ENV", "read_jsonl_any", "load", "extract_completion",
+__all__ = ["BENCHMARK", "VERSION", "CODE_GENERATION", "DATA_ENV", "load", "extract_completion",
            "sanitize", "build_program", "grade"]
 
 VERSION = "humaneval-1"
@@ -47,15 +47,6 @@ CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 409
 
 
 # ------------------------------------------------------------------------------------------------ data
-
-def read_jsonl_any(path: str | os.PathLike) -> list[dict]:
-    """(line number, row) pairs of a JSONL file, gzip-compressed when it ends in ``.gz``; a malformed line names
-    the file and the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"problems file {path} does not exist")
-    return list(iter_jsonl(path))
-
 
 # where $THINKING_SEEDS_DATA/code/humaneval/HumanEval.jsonl.gz comes from (docs/data.md; the tests check its sha256)
 SOURCE = "openai/human-eval@6d43fb980f9fee3c892a914eda09951f772ad10d data/HumanEval.jsonl.gz"
@@ -94,8 +85,7 @@ def load(path: str | os.PathLike | None = None) -> list[Problem]:
     """HumanEval's 164 problems."""
     file = _resolve(path, name="humaneval", folder="humaneval", files=["HumanEval.jsonl.gz", "HumanEval.jsonl"])
     problems, seen = [], {}
-    for lineno, r in read_jsonl_any(file):
-        where = f"{file}:{lineno}"
+    for where, lineno, r in read_rows(file, what="problems file"):
         _need(r, ("task_id", "prompt", "entry_point", "test"), where)
         if r["task_id"] in seen:
             raise ValueError(f"{where}: duplicate task_id {r['task_id']!r} (first on line {seen[r['task_id']]})")

@@ -57,8 +57,8 @@ check. The other tags' windows are the card's months, first to last day.
 ``SYSTEM_PROMPT``; user = ``### Question:`` + the
 statement, then either the starter code and "use the following starter code" or "read the inputs from stdin"
 with a ```` ```python ```` placeholder, then ``### Answer: (use the provided format with backticks)``.
-``Problem.question`` is that user turn; ``render_prompt(question, tokenizer)`` adds the system turn through the
-tokenizer's chat template (the ``lcb`` template).
+``Problem.question`` is that user turn (``scoring.templates.lcb_question``); ``render_prompt("lcb", question,
+tokenizer)`` (``scoring.templates``) adds the system turn through the tokenizer's chat template.
 
 **Grading**: the program lcb_runner would extract (``scoring.code.extract_code_lcb``: the last fenced block,
 whole response searched) runs under lcb_runner's harness in the sandbox (``scoring.code.grade_code``, one process
@@ -89,10 +89,10 @@ from scoring.benchmarks.base import Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
 from scoring.limits import CODE_LIMITS
-from scoring.templates import SYSTEM_PROMPT, lcb_prompt as render_prompt, lcb_question as question_text
+from scoring.templates import lcb_question
 
-__all__ = ["BENCHMARK", "VERSION", "RELEASES", "WINDOW_SOURCE", "WINDOW_ENDS", "CODE_GENERATION", "SYSTEM_PROMPT", "load", "decode_private_tests",
-           "tests_of", "question_text", "render_prompt", "selection_summary", "definition", "describe", "grade"]
+__all__ = ["BENCHMARK", "VERSION", "RELEASES", "WINDOW_SOURCE", "WINDOW_ENDS", "CODE_GENERATION", "load",
+           "decode_private_tests", "tests_of", "selection_summary", "definition", "describe", "grade"]
 
 VERSION = "livecodebench-3"   # 2: lcb_runner's extraction and harness; 3: one v6 definition, lcb_runner@28fef95's prompt
 HUB_DATASET = "livecodebench/code_generation_lite"   # where the files come from (not pinned: files select a release)
@@ -256,7 +256,7 @@ def _problem(row: dict, where: str, source: str) -> Problem:
         raise ValueError(f"{where} ({row['question_id']}): functional tests but no metadata.func_name")
     return Problem(
         id=str(row["question_id"]),
-        question=question_text(row["question_content"], row["starter_code"]),
+        question=lcb_question(row["question_content"], row["starter_code"]),
         gold={"kind": kind, "fn_name": metadata.get("func_name"), "public": public, "private": private_raw},
         meta={"title": row["question_title"], "platform": row["platform"], "contest_id": row["contest_id"],
               "contest_date": when.isoformat(), "difficulty": row["difficulty"], "starter_code": row["starter_code"],

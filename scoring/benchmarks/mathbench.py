@@ -1,4 +1,5 @@
-"""What the six math benchmarks share: where their problems come from, JSONL reading, grading a Problem.
+"""What the six math benchmarks share: where their problems come from (``contracts.jsonl.read_rows``: JSON lines
+or a JSON array), grading a Problem.
 
 Problems are read from, in order:
 
@@ -15,14 +16,13 @@ Library code never guesses a path relative to the repository.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from scoring.benchmarks.base import Benchmark, Problem, Verdict
-from contracts.jsonl import iter_jsonl
+from contracts.jsonl import read_rows
 
-__all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "read_jsonl", "read_jsonl_located", "load_rows", "grade_problem", "math_benchmark"]
+__all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "load_rows", "grade_problem", "math_benchmark"]
 
 DATA_ENV = "THINKING_SEEDS_DATA"
 # n 32: the paper's avg@32 (§5.1); temperature 0.6 / top-p 0.95 are not the paper's (it states none) but the
@@ -62,48 +62,21 @@ def layout_hint(data_dir: str, *, hub_id: str | None = None, hub_split: str = "t
             f"docs/data.md), or pass --problems FILE{hub}")
 
 
-def read_jsonl_located(path: str | os.PathLike) -> tuple[list[dict], list[str]]:
-    """Rows of a JSONL file (or a JSON array in a ``.json`` file) and where each is: ``FILE:LINE`` (1-based file
-    lines, blank lines counted), ``FILE[i]`` for an array's item. A malformed line raises ValueError naming the
-    file and line; a missing file, FileNotFoundError."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"problems file {path} does not exist")
-    if path.suffix == ".json":
-        text = path.read_text(encoding="utf-8")
-        if text.lstrip().startswith("["):
-            try:
-                rows = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-            bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
-            if bad is not None:
-                raise ValueError(f"{path}[{bad}]: expected a JSON array of objects, got {type(rows[bad]).__name__}")
-            return rows, [f"{path}[{i}]" for i in range(len(rows))]
-    located = list(iter_jsonl(path))
-    return [row for _, row in located], [f"{path}:{lineno}" for lineno, _ in located]
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Rows of a JSONL file (or a JSON array in a ``.json`` file); errors as ``read_jsonl_located``."""
-    return read_jsonl_located(path)[0]
-
-
 def load_rows(path, *, name: str, data_dir: str, hub_id: str, hub_split: str = "test",
               hub_config: str | None = None) -> tuple[list[dict], str, list[str]]:
     """Raw rows, where they came from (explicit path, $THINKING_SEEDS_DATA, or the hub), and where each row is
     (``FILE:LINE``, or ``hf:ID row N``) for error messages."""
     if path is not None:
-        rows, wheres = read_jsonl_located(path)
-        return rows, str(path), wheres
+        located = read_rows(path, what="problems file")
+        return [x.row for x in located], str(path), [x.where for x in located]
     root = os.environ.get(DATA_ENV)
     if root:
         file = Path(root) / "math" / data_dir / "test.jsonl"
         if not file.is_file():
             raise FileNotFoundError(f"{name}: {DATA_ENV}={root} but {file} does not exist; "
                                     + layout_hint(data_dir))
-        rows, wheres = read_jsonl_located(file)
-        return rows, str(file), wheres
+        located = read_rows(file, what="problems file")
+        return [x.row for x in located], str(file), [x.where for x in located]
     try:
         import datasets
     except ImportError:

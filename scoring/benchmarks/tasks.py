@@ -1,44 +1,40 @@
 """The trainer's embedded tasks (``scoring.tasks``: addition, countdown, minicode) as benchmarks for the tiny models.
 
-Default problems: a held-out split generated with a fixed seed (``TEST_SEED``, far from the seeds training
-uses) and the task's default difficulty; ``--problems FILE`` reads rows of the same format instead (JSONL,
+Default problems: a held-out split generated with a fixed seed (``scoring.tasks.HELDOUT_SEED``, far from the seeds
+training uses) and the task's default difficulty; ``--problems FILE`` reads rows of the same format instead (JSONL,
 ``{"id", "prompt", "answer", ...}``, as ``python -m scoring.tasks.make`` writes). Template ``raw`` (the prompt
 is the model's input as is), 8 samples at temperature 1.0, 64 new tokens. A response is correct when the
 task's reward is positive; ``minicode`` (kind ``code``, 64 new tokens) takes its verdict from the trainer's code
 reward (``scoring.rewards.grade_code_example``: the program run on the problem's tests in the sandbox), so a
-sandbox failure is ``grader_error`` (not scored) rather than a wrong answer. ``scoring.tasks`` is imported lazily.
+sandbox failure is ``grader_error`` (not scored) rather than a wrong answer.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+from contracts.jsonl import read_rows
 from scoring.benchmarks.base import Benchmark, Problem, Verdict
-from scoring.benchmarks.mathbench import read_jsonl_located
+from scoring.tasks import HELDOUT_SEED, TASKS
 
-__all__ = ["ADDITION", "COUNTDOWN", "MINICODE", "TEST_SEED", "TEST_SIZE", "load_task", "grade_task", "grade_code_task"]
+__all__ = ["ADDITION", "COUNTDOWN", "MINICODE", "TEST_SIZE", "load_task", "grade_task", "grade_code_task"]
 
-TEST_SEED = 10_000
 TEST_SIZE = 200
 VERSION = "1"
 GENERATION = {"n": 8, "temperature": 1.0, "top_p": 1.0, "max_tokens": 64}
 
 
-def _task(name: str):
-    from scoring.tasks import TASKS
-    return TASKS[name]
-
-
-def load_task(path=None, *, task: str, n: int = TEST_SIZE, seed: int = TEST_SEED) -> list[Problem]:
+def load_task(path=None, *, task: str, n: int = TEST_SIZE, seed: int = HELDOUT_SEED) -> list[Problem]:
     """Problems of ``task``: from ``path`` (JSONL rows) or ``make_examples(n, seed=seed)``."""
     if path is not None:
-        rows, wheres = read_jsonl_located(path)
-        for where, r in zip(wheres, rows):
+        located = read_rows(path, what="problems file")
+        rows = [x.row for x in located]
+        for where, _, r in located:
             missing = [k for k in ("id", "prompt", "answer") if k not in r]
             if missing:
                 raise ValueError(f"{where}: a {task} problem needs fields id, prompt, answer; missing {missing}")
     else:
-        rows = _task(task).make_examples(n, seed=seed)
+        rows = TASKS[task].make_examples(n, seed=seed)
     return [Problem(id=str(r["id"]), question=r["prompt"], gold=str(r["answer"]), meta={"task": task, "row": r})
             for r in rows]
 
@@ -46,7 +42,7 @@ def load_task(path=None, *, task: str, n: int = TEST_SIZE, seed: int = TEST_SEED
 def grade_task(response: str, problem: Problem) -> Verdict:
     """Correct iff the task's reward is positive. ``answer``: what the task's ``parse_answer`` reads when it has
     one (None -> verdict no_answer), else the response's last non-blank line."""
-    mod = _task(problem.meta["task"])
+    mod = TASKS[problem.meta["task"]]
     ok = mod.reward(response, problem.meta["row"]) > 0
     parse = getattr(mod, "parse_answer", None)
     if parse is not None:
@@ -65,12 +61,12 @@ def grade_code_task(response: str, problem: Problem) -> Verdict:
 
 
 def _benchmark(task: str, description: str, *, kind: str = "task", grade=grade_task) -> Benchmark:
-    return Benchmark(name=task, version=f"{task}-{VERSION}-seed{TEST_SEED}-n{TEST_SIZE}", kind=kind,
+    return Benchmark(name=task, version=f"{task}-{VERSION}-seed{HELDOUT_SEED}-n{TEST_SIZE}", kind=kind,
                      load=partial(load_task, task=task), grade=grade, default_template="raw",
                      generation=dict(GENERATION), description=description)
 
 
-ADDITION = _benchmark("addition", f"scoring.tasks.addition, {TEST_SIZE} problems, seed {TEST_SEED}")
-COUNTDOWN = _benchmark("countdown", f"scoring.tasks.countdown, {TEST_SIZE} problems, seed {TEST_SEED}")
-MINICODE = _benchmark("minicode", f"scoring.tasks.minicode, {TEST_SIZE} problems, seed {TEST_SEED}, graded in the "
+ADDITION = _benchmark("addition", f"scoring.tasks.addition, {TEST_SIZE} problems, seed {HELDOUT_SEED}")
+COUNTDOWN = _benchmark("countdown", f"scoring.tasks.countdown, {TEST_SIZE} problems, seed {HELDOUT_SEED}")
+MINICODE = _benchmark("minicode", f"scoring.tasks.minicode, {TEST_SIZE} problems, seed {HELDOUT_SEED}, graded in the "
                       f"sandbox", kind="code", grade=grade_code_task)

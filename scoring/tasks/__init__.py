@@ -14,6 +14,15 @@ from scoring.tasks import addition, countdown, minicode
 
 TASKS: dict[str, ModuleType] = {"addition": addition, "countdown": countdown, "minicode": minicode}
 
+# The seeds of the tasks' data pools, one home for every user: the held-out test split (scoring.benchmarks.tasks, the
+# premise regime's held-out split at its own difficulty), the supervised warm-up pool (the demos draw it with this
+# seed; the trainer's own warm-up with the run's seed + WARMUP_SEED, so it is not the RL prompt stream) and the demos'
+# RL prompt pool. Far apart, so no two pools share a stream; changing one changes every problem id and result file
+# written with it.
+HELDOUT_SEED = 10_000
+WARMUP_SEED = 7919
+TRAIN_SEED = 1
+
 
 def get_task(name: str) -> ModuleType:
     """The task module called ``name``; a ValueError lists the choices for an unknown name."""

@@ -1,4 +1,4 @@
-"""Write a task's examples to a JSONL data file (one row per line, written atomically).
+"""Write a task's examples to a JSONL data file (one row per line, written atomically: ``contracts.files``).
 
     python -m scoring.tasks.make --task addition --n 1000 --seed 0 --min-digits 2 --max-digits 3 --out data.jsonl
     python -m scoring.tasks.make --task countdown --n 500 --seed 1 --max-numbers 3 --out cd.jsonl
@@ -10,10 +10,8 @@ that belongs to another task is an error. Unset options keep the task's defaults
 from __future__ import annotations
 
 import argparse
-import json
-import os
-from pathlib import Path
 
+from contracts.files import atomic_write_jsonl
 from scoring.tasks import TASKS, get_task
 
 
@@ -49,18 +47,6 @@ def difficulty_from_args(task_name: str, args: argparse.Namespace) -> dict[str, 
     return chosen
 
 
-def write_jsonl(rows: list[dict], path: str | os.PathLike) -> Path:
-    """Write rows as JSON lines to ``path`` via a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, choices=sorted(TASKS))
@@ -74,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = get_task(args.task).make_examples(args.n, seed=args.seed, **difficulty)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-    out = write_jsonl(rows, args.out)
+    out = atomic_write_jsonl(args.out, rows)
     print(f"wrote {len(rows)} {args.task} examples (seed {args.seed}, {difficulty or 'default difficulty'}) to {out}")
 
 

@@ -3,7 +3,7 @@
     ADVANTAGES[advantage](rewards [N], group_ids [N], **adv_kwargs(cfg)) -> Â [N]
 
     name         Â_i                                                                     hyperparameters
-    grpo         (R_i − mean_g R) / (std_g R + ε)  (GRPO / DAPO, DESIGN §2)              scale (adv_scale)
+    grpo         (R_i − mean_g R) / (std_g R + ε)  (GRPO / DAPO, docs/method.md)         scale (adv_scale)
     passk        Pass@k Training's analytical advantage (Chen et al. 2025, arXiv:2508.10751)  k (passk_k)
     grpo_passk   the group's best response gets (R_max − R_2nd) / (std_g R + ε), the rest 0  scale (adv_scale)
                  (verl's `grpo_passk`, which cites Tang et al. 2025, arXiv:2503.19595)
@@ -42,7 +42,7 @@ def group_advantages(
     scale: str = "std",
     eps: float = 1e-6,
 ) -> Tensor:  # [N], dtype of rewards (float32 when rewards are not floating)
-    """Group-normalised advantages, DESIGN §2: Â_i = (R_i − mean_g R) / (std_g R + eps).
+    """Group-normalised advantages (docs/method.md, DAPO): Â_i = (R_i − mean_g R) / (std_g R + eps).
 
     scale="std" divides by the unbiased group std plus `eps`; scale="none" returns R_i − mean_g R (LUFFY's
     script, Dr. GRPO). A group of a single response gets 0 in both modes (its std is undefined and the

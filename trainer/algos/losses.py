@@ -1,6 +1,6 @@
 """DAPO clipped policy loss, and the one place that reduces a per-token loss with its denominator.
 
-DESIGN §2 "DAPO objective":
+docs/method.md "DAPO, the on-policy base":
 
     r_{i,t} = π_θ(o_{i,t}|·) / π_old(o_{i,t}|·)
     ℓ_{i,t} = −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â) = max(−Â r, −Â clip(r, 1−ε_low, 1+ε_high))
@@ -51,7 +51,7 @@ def clipped_policy_loss(
     clip_high: float = 0.28,
     clip_c: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """Per-token DAPO loss ℓ = max(−A·r, −A·clip(r, 1−clip_low, 1+clip_high)), DESIGN §2.
+    """Per-token DAPO loss ℓ = max(−A·r, −A·clip(r, 1−clip_low, 1+clip_high)), docs/method.md (DAPO).
 
     With `clip_c` (> 1) the dual clip applies to A < 0: ℓ = min(ℓ, −A·clip_c).
     Positions outside the response mask are computed like any other; the caller masks them in `reduce_loss`
@@ -94,7 +94,7 @@ def loss_denominator(
 ) -> float:
     """The denominator of the optimizer step's loss (STYLE §5: computed once, handed to `reduce_loss`).
 
-    token-mean           Σ m                 tokens that enter the loss (DAPO: the global token count, DESIGN §2;
+    token-mean           Σ m                 tokens that enter the loss (DAPO: the global token count, docs/method.md;
                                              Thinking Seeds "state": continuation tokens; M2PO: all response
                                              tokens, its dropped ones included)
     seq-mean-token-mean  N                   responses (GRPO's 1/G Σ_i; one with no loss token counts too)

@@ -1,6 +1,6 @@
-"""LUFFY (Yan et al. 2025): mixed on-/off-policy groups with regularized importance sampling (DESIGN §2 "Baselines").
+"""LUFFY (Yan et al. 2025): mixed on-/off-policy groups with regularized importance sampling (docs/method.md "LUFFY").
 
-    on-policy tokens:   ℓ = −Â·r,   r = π_θ / π_old        (unclipped, as DESIGN §2 states for LUFFY)
+    on-policy tokens:   ℓ = −Â·r,   r = π_θ / π_old        (unclipped, as docs/method.md "LUFFY" states)
     off-policy tokens:  ℓ = −Â·f(π_θ),   f(π) = π / (π + γ),  γ = 0.1, behavior probability taken as 1
 
 f(π) = sigmoid(log π − log γ) is evaluated in that form (no division, stable for tiny π); its gradient wrt

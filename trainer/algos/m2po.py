@@ -1,4 +1,4 @@
-"""M2PO (Zheng et al. 2025): second-moment trust region for stale data (DESIGN §2 "Baselines").
+"""M2PO (Zheng et al. 2025): second-moment trust region for stale data (docs/method.md "M2PO").
 
     r = π_θ / π_behavior,   M2 = (log r)²
     trust-region tokens: {Â > 0, r > 1} ∪ {Â < 0, r < 1}  (the tokens whose ratio the update pushes further)

@@ -1,4 +1,4 @@
-"""Every algorithm's per-token policy loss, behind one table (DESIGN §2; STYLE §9: a plain dict, no registry).
+"""Every algorithm's per-token policy loss, behind one table (docs/method.md; STYLE §9: a plain dict, no registry).
 
     loss_mat, stats = LOSSES[algorithm](batch, **hyperparameters)             # loss_mat [N, T]
     loss = reduce_loss(loss_mat, loss_mask(...), mode=..., denominator=...)    # trainer/algos/losses.py
@@ -99,7 +99,7 @@ def loss_mask(
 def dapo_loss(
     b: TokenBatch, *, clip_low: float, clip_high: float, clip_c: float | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """On-policy DAPO: the clipped loss with r = π_θ / π_old (DESIGN §2 "DAPO objective")."""
+    """On-policy DAPO: the clipped loss with r = π_θ / π_old (docs/method.md "DAPO, the on-policy base")."""
     return clipped_policy_loss(b.logp, b.old_logp, b.adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
 
 

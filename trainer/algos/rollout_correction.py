@@ -1,4 +1,4 @@
-"""Rollout correction: the sampler-vs-trainer mismatch on the tokens the engine sampled (DESIGN §6).
+"""Rollout correction: the sampler-vs-trainer mismatch on the tokens the engine sampled (docs/method.md).
 
 The engine that samples (vLLM, the HF sampler) and the trainer's forward give the same weights slightly different
 probabilities (kernels, dtype, batch shapes). Per sampled token the correction reads

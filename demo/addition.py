@@ -1,4 +1,5 @@
-"""The miniature reproduction, one function per stage, every stage in this process.
+"""The addition miniature (``python -m demo --task addition``, ``--quick``), one function per stage, every stage
+in this process.
 
     warm-up  -> a tiny model learns the task's solution format (supervised, ``trainer.warmup``), stopped at a loss
                 that leaves it usable but imperfect, so RL has something to improve; shared by every run
@@ -16,59 +17,38 @@ decontaminated training pool), ``eval/`` (sample files, leaderboard.md/.csv), ``
 results), ``figures/`` (PNGs), ``summary.md``/``summary.json``.
 
 Everything the miniature changes relative to the paper is in ``Budget`` (sizes) and ``METHODS`` (which preset
-stands for which paper row); the methods themselves are the presets ``trainer/configs/mini_*.yaml``.
+stands for which paper row); the methods themselves are the presets ``trainer/configs/mini_*.yaml``. What every demo
+shares (a run from a preset, the output-folder claim, timings, threads, the machine line) is ``demo.common``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-import platform
-import resource
-import shutil
-import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-import torch
-import yaml
-
-from contracts.config import to_dict
-from contracts.files import atomic_write_json, atomic_write_text
-from contracts.jsonl import read_jsonl
-from contracts.settings import SettingsMismatch, check_settings, claim_folder
-from scoring.benchmarks import get_benchmark
+from contracts.commands import pct, points
+from contracts.files import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from contracts.samples import read_samples
+from demo.common import (DemoError, Log, RunSpec, Timings, claim_out, machine, metric_mean, read_metrics, relay_rows,
+                         run_config, seeded, train_run)
 from eval.config import EvalConfig
 from eval.metrics import compare
 from eval.report import format_report
 from eval.run import run_eval
-from eval.samples import read_samples
 from figures.make_all import make_all
 from figures.style import use_headless_backend
-from scoring.tasks import get_task
-from scoring.tasks.make import write_jsonl
-from trainer.checkpoint import checkpoint_dir, list_checkpoints
-from trainer.config import load_config
-from trainer.fsdp import Dist
-from trainer.train import train
+from scoring.benchmarks import get_benchmark
+from scoring.tasks import TRAIN_SEED, WARMUP_SEED, get_task
+from trainer.checkpoint import checkpoint_dir
 from trainer.warmup import build_warmup, read_warmup
+from tsanalysis.config import RelayConfig
 from tsanalysis.io import write_results
 from tsanalysis.relay import run_relay
 
-REPO = Path(__file__).resolve().parents[1]
-PRESETS = REPO / "trainer" / "configs"
 MARKER = "demo.json"          # written in the output folder: the budget it was made with (guards --fresh)
-WARMUP_DATA_SEED = 7919       # the supervised pool (the trainer's own warm-up uses seed + 7919 as well)
-TRAIN_DATA_SEED = 1           # the RL prompt pool; its order is shuffled by each run's seed
 BASELINE = "onpolicy"         # the leaderboard's paired comparisons are against on-policy DAPO
-
-Log = Callable[[str], None]
-
-
-class DemoError(RuntimeError):
-    """The demo cannot run as asked; the message says what to do."""
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -122,33 +102,18 @@ CODE = Budget(name="code", model_size="1m", warmup_max_steps=300, warmup_stop_lo
               warmup_pool=8000, train_pool=4000)
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One method: the preset it starts from, what it stands for, and overrides that depend on the budget."""
-
-    name: str                                   # run folder and leaderboard row
-    preset: str                                 # trainer/configs/<preset>.yaml
-    paper: str                                  # the paper's row or figure it is the miniature of
-    extra: Callable[[Budget], dict] = field(default=lambda b: {}, compare=False)
-
-
-def _seeded(rule: str, ratio: float, loss: str, interval: Callable[[Budget], int]) -> Callable[[Budget], dict]:
-    return lambda b: {"seed_rule": rule, "seed_ratio": ratio, "seed_loss": loss,
-                      "seed_refresh_interval": interval(b)}
-
-
 METHODS: tuple[RunSpec, ...] = (
     RunSpec("onpolicy", "mini_onpolicy", "On-policy DAPO (Tables 1-2); Figure 3(a); relay's final model",
             lambda b: {"save_every": b.early_every, "keep_checkpoints": 0}),
     RunSpec("onpolicy_minibatch", "mini_onpolicy_minibatch", "On-policy with 4 mini-batch updates per batch (Figure 3b)"),
     RunSpec("seeds_ratio", "mini_seeds_ratio", "Ours_ratio: ratio 0.5, state+action (Tables 1-2); Figure 5 ratio",
-            _seeded("ratio", 0.5, "state+action", lambda b: b.seed_interval)),
+            seeded("ratio", 0.5, "state+action", lambda b: b.seed_interval)),
     RunSpec("seeds_entropy", "mini_seeds_entropy", "Ours_entropy: entropy rule, k 8 (Tables 1-2); Figure 5 entropy",
-            _seeded("entropy", 0.5, "state+action", lambda b: b.seed_interval)),
+            seeded("entropy", 0.5, "state+action", lambda b: b.seed_interval)),
     RunSpec("seeds_state", "mini_seeds_state", "state variant: seed tokens masked (Table 2/3)",
-            _seeded("ratio", 0.5, "state", lambda b: b.seed_interval)),
+            seeded("ratio", 0.5, "state", lambda b: b.seed_interval)),
     RunSpec("seeds_fig4", "mini_seeds_fig4", "Figure 4 run: ratio 0.7, state+action",
-            _seeded("ratio", 0.7, "state+action", lambda b: b.fig4_interval)),
+            seeded("ratio", 0.7, "state+action", lambda b: b.fig4_interval)),
     RunSpec("luffy", "mini_luffy", "LUFFY: 7 on-policy + 1 solver trace per group (Tables 1-2)"),
     RunSpec("m2po", "mini_m2po", "M2PO: rollouts 4 steps stale, second-moment mask (Tables 1-2)"),
 )
@@ -157,9 +122,9 @@ METHODS: tuple[RunSpec, ...] = (
 CODE_METHODS: tuple[RunSpec, ...] = (
     RunSpec("code_onpolicy", "mini_code_onpolicy", "Table 2 On-policy (code, rewards from the sandbox)"),
     RunSpec("code_seeds_state_action", "mini_code_seeds_state_action", "Table 2 Ours state+action: ratio 0.3, T 8",
-            _seeded("ratio", 0.3, "state+action", lambda b: b.seed_interval)),
+            seeded("ratio", 0.3, "state+action", lambda b: b.seed_interval)),
     RunSpec("code_seeds_state", "mini_code_seeds_state", "Table 2 Ours state: ratio 0.3, T 8, seed tokens masked",
-            _seeded("ratio", 0.3, "state", lambda b: b.seed_interval)),
+            seeded("ratio", 0.3, "state", lambda b: b.seed_interval)),
 )
 
 # which run feeds which figure (figures.make_all would choose the same from the configs; explicit is safer)
@@ -168,62 +133,9 @@ FIGURE_RUNS = {"fig3": {"onpolicy": "onpolicy", "minibatch": "onpolicy_minibatch
                "mismatch": "seeds_fig4"}
 
 
-def run_name(spec: RunSpec, seed: int) -> str:
-    return spec.name if seed == 0 else f"{spec.name}-seed{seed}"
-
-
 # ------------------------------------------------------------------------------------------------------------
-# bookkeeping: timings, the output folder
+# the output folder
 # ------------------------------------------------------------------------------------------------------------
-def _cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
-
-
-@dataclass
-class Timings:
-    """Wall-clock and CPU seconds per stage (CPU: this process and its children, all threads)."""
-
-    stages: dict = field(default_factory=dict)   # name -> {"wall_s", "cpu_s", "note"}
-
-    @contextlib.contextmanager
-    def stage(self, name: str, log: Log):
-        log(f"\n=== {name} ===")
-        t0, c0 = time.perf_counter(), _cpu_s()
-        entry = {"note": ""}
-        self.stages[name] = entry
-        try:
-            yield entry
-        finally:
-            entry.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - c0)
-
-    def table(self) -> str:
-        lines = ["| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
-        for name, e in self.stages.items():
-            lines.append(f"| {name} | {e.get('wall_s', 0):.1f} | {e.get('cpu_s', 0):.1f} | {e.get('note', '')} |")
-        total_w = sum(e.get("wall_s", 0) for e in self.stages.values())
-        total_c = sum(e.get("cpu_s", 0) for e in self.stages.values())
-        lines.append(f"| **total** | {total_w:.1f} | {total_c:.1f} | |")
-        return "\n".join(lines)
-
-
-def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool, log: Log) -> None:
-    """Create ``out`` with ``marker`` recording ``settings`` (``fresh``: wipe it first), or check the marker it has
-    (``contracts.settings.claim_folder``); refuse a folder made with other settings, or not by ``owner``."""
-    out = Path(out)
-    if fresh and out.exists():
-        if any(out.iterdir()) and not (out / marker).is_file():
-            raise DemoError(f"--fresh would delete '{out}', which was not written by {owner} (no {marker}); "
-                            f"delete it yourself or choose another --out")
-        log(f"--fresh: deleting {out}")
-        shutil.rmtree(out)
-    try:
-        claim_folder(out, marker, settings, owner=owner, fix="rerun with --fresh to redo it, or choose another --out")
-    except SettingsMismatch as e:
-        raise DemoError(str(e)) from None
-
-
 def prepare_out(out: Path, budget: Budget, *, fresh: bool, log: Log) -> None:
     """Create ``out`` (or wipe it with ``fresh``); refuse a folder made with another budget, or not by the demo."""
     claim_out(out, MARKER, asdict(budget), owner="the demo", fresh=fresh, log=log)
@@ -243,9 +155,9 @@ def make_data(out: Path, budget: Budget, *, log: Log) -> Path:
     if path.is_file():
         return path
     held = heldout_prompts(budget.task)
-    rows = [r for r in get_task(budget.task).make_examples(budget.train_pool, seed=TRAIN_DATA_SEED)
+    rows = [r for r in get_task(budget.task).make_examples(budget.train_pool, seed=TRAIN_SEED)
             if r["prompt"] not in held]
-    write_jsonl(rows, path)
+    atomic_write_jsonl(path, rows)
     log(f"RL prompt pool: {len(rows)} of {budget.train_pool} generated rows ({budget.train_pool - len(rows)} "
         f"held-out test prompts removed) -> {path}")
     return path
@@ -260,7 +172,7 @@ def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
         log(f"warm-up checkpoint exists: {path}")
         return path, done
     held = heldout_prompts(budget.task)
-    pool = [r for r in get_task(budget.task).make_examples(budget.warmup_pool, seed=WARMUP_DATA_SEED)
+    pool = [r for r in get_task(budget.task).make_examples(budget.warmup_pool, seed=WARMUP_SEED)
             if r["prompt"] not in held]
     summary = build_warmup(path, size=budget.model_size, examples=pool, steps=budget.warmup_max_steps,
                            stop_loss=budget.warmup_stop_loss, lr=3e-3, batch_size=64, seed=0, log=log, log_every=50,
@@ -269,73 +181,8 @@ def warmup(out: Path, budget: Budget, *, log: Log) -> tuple[Path, dict]:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# stage 2: training
+# stage 2: training (one run: demo.common.run_config, train_run)
 # ------------------------------------------------------------------------------------------------------------
-def run_config(spec: RunSpec, budget: Budget, *, out: Path, seed: int, model: Path, train_file: Path,
-               progress: bool = False):
-    """The validated trainer Config of one run: the preset, then the budget, then the method's extras."""
-    over = {"run_name": run_name(spec, seed), "output_dir": str(out / "runs"), "seed": seed,
-            "model": str(model), "sft_steps": 0, "sft_stop_loss": 0.0, "task": budget.task, "task_kwargs": {},
-            "train_file": str(train_file), "total_steps": budget.total_steps,
-            "prompts_per_step": budget.prompts_per_step, "samples_per_prompt": budget.samples_per_prompt,
-            "max_response_tokens": budget.max_response_tokens, "lr": budget.lr, "save_every": 0,
-            "progress": progress, **spec.extra(budget)}
-    return load_config(PRESETS / f"{spec.preset}.yaml", over)
-
-
-_IGNORED = {"progress", "resume"}   # config fields that may differ between a run and its resumption
-
-
-def run_finished(cfg) -> bool:
-    """True when the run folder holds this exact config, every step's metrics and the final checkpoint."""
-    run_dir = cfg.run_dir
-    cfg_file = run_dir / "config.yaml"
-    if not cfg_file.is_file():
-        return False
-    have = yaml.safe_load(cfg_file.read_text()) or {}
-    want = to_dict(cfg)
-    # a field added after the run was written counts as its default (the behaviour the run had)
-    defaults = {f.name: f.default for f in fields(cfg) if f.default is not MISSING}
-    try:
-        check_settings(have, want, [k for k in want if k not in _IGNORED], where=f"'{run_dir}'",
-                       fix="rerun with --fresh or choose another --out", defaults=defaults)
-    except SettingsMismatch as e:
-        raise DemoError(str(e)) from None
-    metrics = run_dir / "metrics.jsonl"
-    steps = sum(1 for line in metrics.read_text().splitlines() if line.strip()) if metrics.is_file() else 0
-    return steps == cfg.total_steps and checkpoint_dir(run_dir, cfg.total_steps - 1).is_dir()
-
-
-def train_run(cfg, *, log: Log) -> dict:
-    """Train one run (or resume it from its latest checkpoint); returns {"run_dir", "wall_s", "cpu_s", "skipped"}."""
-    run_dir = cfg.run_dir
-    if run_finished(cfg):
-        log(f"{cfg.run_name}: finished run exists, skipped ({run_dir})")
-        return {"run_dir": run_dir, "wall_s": 0.0, "cpu_s": 0.0, "skipped": True}
-    if run_dir.exists() and not list_checkpoints(run_dir):
-        shutil.rmtree(run_dir)   # interrupted before its first checkpoint: start over (metrics would repeat)
-    t0, c0 = time.perf_counter(), _cpu_s()
-    log(f"{cfg.run_name}: {cfg.algorithm}, {cfg.total_steps} steps x {cfg.prompts_per_step} prompts x "
-        f"{cfg.samples_per_prompt} samples, <= {cfg.max_response_tokens} tokens")
-    train(cfg, Dist())
-    res = {"run_dir": run_dir, "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "skipped": False}
-    m = read_metrics(run_dir)
-    log(f"{cfg.run_name}: done in {res['wall_s']:.1f} s; train reward {_mean(m, 'reward/mean', first=True):.3f} "
-        f"(first steps) -> {_mean(m, 'reward/mean'):.3f} (last steps)")
-    return res
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return read_jsonl(path) if path.is_file() else []
-
-
-def _mean(metrics: list[dict], key: str, *, first: bool = False, k: int = 5) -> float:
-    vals = [m[key] for m in metrics if key in m]
-    vals = vals[:k] if first else vals[-k:]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
 def final_checkpoint(cfg) -> Path:
     return checkpoint_dir(cfg.run_dir, cfg.total_steps - 1)
 
@@ -368,10 +215,10 @@ def evaluate(models: Sequence[tuple[str, Path]], budget: Budget, *, out: Path, l
 def relay(early: Path, final: Path, budget: Budget, *, out: Path, log: Log):
     """Relay early -> final on the held-out split; tables written under ``out/analysis/relay/<tag>/``."""
     tag = f"{budget.task}-{early.name}-to-{final.name}-cut0.5"
-    tables, rdir, settings = run_relay(early=str(early), final=str(final), benchmark=budget.task, n=budget.relay_n,
-                                       cut=0.5, temperature=1.0, seed=0, limit=budget.relay_limit, engine="hf",
-                                       out=out / "analysis" / "relay" / tag, batch_problems=16,
-                                       log=lambda m: log(f"  {m}"))
+    cfg = RelayConfig(early=str(early), final=str(final), benchmark=budget.task, n=budget.relay_n, cut=0.5,
+                      temperature=1.0, seed=0, limit=budget.relay_limit, engine="hf",
+                      out=out / "analysis" / "relay" / tag, batch_problems=16)
+    tables, rdir, settings = run_relay(cfg, log=lambda m: log(f"  {m}"))
     write_results(rdir, tables, settings)
     return tables["relay_passk"], rdir
 
@@ -412,17 +259,13 @@ def method_table(board: dict, runs: dict[str, dict], *, root: Path, task: str,
             "method": name, "avg": e["avg"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
             "problems": e["problems"], "n": e["n"], "pass": e["pass"],
             "vs_warmup": None if name == warmup_name else paired_vs(root, task, name, warmup_name),
-            "train_reward_first": _mean(m, "reward/mean", first=True) if m else None,
-            "train_reward_last": _mean(m, "reward/mean") if m else None,
+            "train_reward_first": metric_mean(m, "reward/mean", first=True) if m else None,
+            "train_reward_last": metric_mean(m, "reward/mean") if m else None,
             "generated_tokens": int(sum(x.get("tokens/generated", 0) for x in m)) if m else None,
             "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m) if m else None,
             "token_factor": m[-1].get("seeds/token_factor") if m else None,
         })
     return rows
-
-
-def _fmt(x, spec=".1f", scale=100.0) -> str:
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(scale * x, spec)
 
 
 def render_methods(rows: list[dict]) -> str:
@@ -434,65 +277,19 @@ def render_methods(rows: list[dict]) -> str:
         reward = ("" if r["train_reward_first"] is None else
                   f"{r['train_reward_first']:.2f} → {r['train_reward_last']:.2f}")
         d = r["vs_warmup"]
-        vs = "" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-        lines.append(f"| {r['method']} | {_fmt(r['avg'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] "
-                     f"(P={r['problems']}, n={r['n']}) | "
-                     + " | ".join(_fmt(r["pass"].get(k)) for k in ks)
+        vs = "" if d is None else f"{points(d['diff'])} [{points(d['low'])}, {points(d['high'])}]"
+        avg, low, high = (pct(r[key], unit="", missing="") for key in ("avg", "ci_low", "ci_high"))
+        wall = "" if r["train_wall_s"] is None else f"{r['train_wall_s']:.0f}"
+        lines.append(f"| {r['method']} | {avg} [{low}, {high}] (P={r['problems']}, n={r['n']}) | "
+                     + " | ".join(pct(r["pass"].get(k), unit="", missing="") for k in ks)
                      + f" | {vs} | {reward} | {r['generated_tokens'] if r['generated_tokens'] is not None else ''} | "
-                     + f"{_fmt(r['train_wall_s'], '.0f', 1.0)} |")
+                     + f"{wall} |")
     return "\n".join(lines)
 
 
 def render_relay(passk) -> str:
     lines = ["| k | early | relay | final | relay − final [95% CI] |", "|---:|---:|---:|---:|---|"]
-    for _, r in passk.iterrows():
-        lines.append(f"| {int(r['k'])} | {_fmt(r['early'])} | {_fmt(r['relay'])} | {_fmt(r['final'])} | "
-                     f"{100 * r['diff']:+.1f} [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}] |")
-    return "\n".join(lines)
-
-
-def _busy_cores(interval: float = 0.3) -> float | None:
-    """Cores busy right now (from two /proc/stat samples ``interval`` s apart); None where /proc/stat is absent."""
-    def sample():
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        return sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)   # total, idle + iowait
-    try:
-        t0, i0 = sample()
-        time.sleep(interval)
-        t1, i1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return (os.cpu_count() or 1) * (1.0 - (i1 - i0) / max(t1 - t0, 1))
-
-
-def auto_threads() -> tuple[int, str]:
-    """Torch threads for the tiny models, and why. Measured on 2 cores: with the cores idle, 2 threads ran the
-    warm-up and RL steps 1.5-1.65x faster than 1; with other jobs on the cores, 2 threads spin-waiting on each
-    other ran several times SLOWER than 1. So: 2 threads when the cores are free right now (under half a core
-    busy over 0.3 s; the load average lags by minutes), else 1 (the time budgets hold with 1 thread)."""
-    cores = os.cpu_count() or 1
-    if cores < 2:
-        return 1, "1 core"
-    busy = _busy_cores()
-    if busy is None:
-        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if busy < 0.5:
-        return 2, f"{busy:.1f} of {cores} cores busy"
-    return 1, f"{busy:.1f} of {cores} cores busy with other jobs"
-
-
-def machine(*, threads: bool = True) -> str:
-    """The machine in one line (CPU, cores, torch, threads of this process, load average now)."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{platform.machine()} ({cpu or 'cpu'}), {os.cpu_count()} CPU cores, torch "
-            f"{torch.__version__}" + (f" with {torch.get_num_threads()} threads" if threads else "")
-            + f", load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (1/5/15 min) when written")
+    return "\n".join(lines + relay_rows(passk))
 
 
 # ------------------------------------------------------------------------------------------------------------
