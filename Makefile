@@ -43,7 +43,7 @@ demo: install
 
 bench: install
 	$(BIN)/pip install --quiet $(TORCH_PIN) -e ".[bench]"
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m perf.run
 
 clean:
 	rm -rf $(VENV) runs results .pytest_cache

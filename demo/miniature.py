@@ -205,7 +205,7 @@ NOTES_HEADING = "## Reading the table"
 
 # ------------------------------------------------------------------------------------------------------------
 # where the notes' numbers come from that are not values of the tables (demo.page_numbers; checked on every write
-# and by tests/test_page_numbers.py)
+# and by tests/demo/test_page_numbers.py)
 # ------------------------------------------------------------------------------------------------------------
 MEAN, PER_SEED, VS, SEEDS = "mean ± 95% t-interval", "per seed", "vs on-policy", "seeds"
 WALL, CPU, TOKENS = "train wall s", "train CPU s", "tokens generated"
@@ -236,7 +236,7 @@ def _ratios(t: Table, col: str, rows: Sequence[str], base: str) -> list[float]:
 
 _PREVIOUS = "docs/miniature.md at commit debe0dd (the previous version of the page)"
 _STANDALONE = "the standalone preset's run and its evaluation at commit 6c2e2ad (README there)"
-_REPLAY = "tests/test_code_rl.py's replay at commit 2226b63 (its docstring gives the EPYC numbers)"
+_REPLAY = "tests/trainer/test_code_rl.py's replay at commit 2226b63 (its docstring gives the EPYC numbers)"
 _DEMO = "runs/demo/summary.md of `python -m demo` at commit debe0dd, quoted in " + _PREVIOUS
 NOTES_SOURCES: tuple[Source, ...] = (
     Derived("gains 2.3-4.6 points over the warm-up", "min and max over the RL rows of mean − the warm-up's",

@@ -37,7 +37,7 @@ GRID_START, GRID_END = "<!-- grid:start -->", "<!-- grid:end -->"   # demo.premi
 
 # ------------------------------------------------------------------------------------------------------------
 # where the notes' numbers come from that are not values of the tables (demo.page_numbers; checked on every write
-# and by tests/test_page_numbers.py)
+# and by tests/demo/test_page_numbers.py)
 # ------------------------------------------------------------------------------------------------------------
 def _passk(p: Page) -> Table:
     return p.table("Does RL narrow the policy?")

@@ -25,7 +25,7 @@ string normalisation, its own equality, following the recipe of Qwen2.5-Math's `
    matrices rounded to 3 decimals.
 
 Known differences from Qwen2.5-Math's harness: ``docs/graders.md`` ("Math").
-``tests/fixtures/math/qwen_reference.jsonl`` holds verdicts of Qwen's own code on 2347 cases; ``tests/test_math_crosscheck.py`` counts the agreement (2308).
+``tests/fixtures/math/qwen_reference.jsonl`` holds verdicts of Qwen's own code on 2347 cases; ``tests/scoring/test_math_crosscheck.py`` counts the agreement (2308).
 
 Pure (no IO). sympy's ``simplify`` can hang on hostile input: run it under ``scoring.pool``.
 """

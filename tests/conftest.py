@@ -4,9 +4,10 @@ suite's two rules of conduct.
 Tiers: a test marked ``slow`` (pyproject.toml's ``markers``) is left out of ``make test-fast``
 (``pytest -m "not slow"``); ``make test`` runs everything. A test is slow when it starts a subprocess, torchrun
 or a vLLM engine, trains more than a few steps, uses a fixture of ``SLOW_FIXTURES`` (marked here), or takes
-over ~1.5 s on idle cores. The fast tier keeps itself honest here: every test not marked slow that takes longer
-than ``FAST_TEST_S`` (setup, call and teardown) is named in the terminal summary, to be marked slow or made fast (a
-report, not a timed assertion: a loaded machine must not fail a test).
+over ~1.5 s on idle cores; every test under ``tests/e2e/`` is slow. The fast tier keeps itself honest here:
+every test not marked slow that takes longer than ``FAST_TEST_S`` (setup, call and teardown) is named in the
+terminal summary, to be marked slow or made fast (a report, not a timed assertion: a loaded machine must not fail a
+test).
 
 Threads: the session runs torch at ``TEST_THREADS`` threads on every machine (the count CI's 2 cores give, and
 the one the pinned numbers of the end-to-end tests were measured at: a trained model's float reductions depend
@@ -54,6 +55,9 @@ os.environ.setdefault("THINKING_SEEDS_SANDBOX_ALLOW_UNISOLATED", "1")
 TASK_KWARGS = {"min_digits": 1, "max_digits": 2}
 
 
+# The end-to-end runs (whole programs: the demo, torchrun training, hub ids) live in tests/e2e/: slow by folder.
+E2E = Path(__file__).resolve().parent / "e2e"
+
 # Fixtures that make every test using them slow (built once per session, minutes on 2 cores): such a test is
 # marked slow here, whatever its own decorators say.
 SLOW_FIXTURES = {"sft_policy_dir"}
@@ -61,14 +65,16 @@ SLOW_FIXTURES = {"sft_policy_dir"}
 # Under xdist (``--dist loadscope``: a module's tests run on one worker, so its module fixtures are built once) the
 # modules are handed out in this order, the longest first (minutes each on 2 cores), so that no long module starts
 # last and runs alone; the rest follow in file order. Without xdist the order is the files'.
-LONGEST_FIRST = ("test_vllm", "test_demo", "test_hub_ids", "test_benchmarks", "test_multirank_train", "test_code_rl",
-                 "test_vllm_sync", "test_eval_run", "test_trainer", "test_device_check", "test_math_crosscheck")
+LONGEST_FIRST = ("tests.inference.test_vllm", "tests.e2e.test_demo", "tests.e2e.test_hub_ids",
+                 "tests.perf.test_benchmarks", "tests.e2e.test_multirank_train", "tests.trainer.test_code_rl",
+                 "tests.inference.test_vllm_sync", "tests.eval.test_run", "tests.trainer.test_train",
+                 "tests.perf.test_device_check", "tests.scoring.test_math_crosscheck")
 
 
 @pytest.hookimpl(tryfirst=True)   # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or E2E in Path(item.fspath).parents:
             item.add_marker(pytest.mark.slow)
     if os.environ.get("PYTEST_XDIST_WORKER"):   # every worker sorts alike: the schedulers' collections agree
         rank = {name: i for i, name in enumerate(LONGEST_FIRST)}

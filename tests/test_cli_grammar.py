@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import inference
-from conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA
 from contracts.commands import (DEBUG_ENV, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, pct, points,
                                 run_command)
 from eval import run

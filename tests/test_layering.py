@@ -1,6 +1,6 @@
 """The layering (docs/architecture.md "The stack"), read from the source with ``ast``: nothing is imported.
 
-contracts (bottom) -> scoring -> inference -> trainer | eval -> tsanalysis -> figures -> demo | benchmarks | notebooks.
+contracts (bottom) -> scoring -> inference -> trainer | eval -> tsanalysis -> figures -> demo | perf | notebooks.
 A package imports only packages of lower layers (peers never import each other: eval and tsanalysis do not import
 trainer, nor it them; the benchmark registry is scoring's, under both); no two modules or packages import each other, directly or round a longer loop, lazily or
 not; scoring and contracts import no torch; nothing imports a CLI module or calls another module's ``main``.
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # tsanalysis sits above eval (it reads eval's results files) but imports nothing from it: the sample-file format is
 # contracts.samples, the model and context checks inference.hub, the batch grader and benchmark registry scoring's
 LAYER = {"contracts": 0, "scoring": 1, "inference": 2, "trainer": 3, "eval": 3, "tsanalysis": 4, "figures": 5,
-         "demo": 6, "benchmarks": 6, "notebooks": 6}
+         "demo": 6, "perf": 6, "notebooks": 6}
 NO_TORCH = {"scoring": ("torch", "transformers", "vllm"), "contracts": ("torch", "transformers", "vllm", "pandas")}
 CLI_MODULES = {"tsanalysis.cli"}   # and every package's __main__
 

@@ -383,7 +383,7 @@ def copy_full_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
     architecture), one tensor at a time: each tensor of ``src``'s state dict is cast to ``dst``'s dtype on its
     shard, all-gathered, copied into ``dst``'s tensor and freed. Beyond the two models the peak is one tensor's
     gather (its cast shard, its full tensor in ``dst``'s dtype and the collective's buffers: 2.5x the largest
-    tensor measured on gloo, tests/test_host_memory.py), never a state dict. Collective (every rank runs the same
+    tensor measured on gloo, tests/trainer/test_host_memory.py), never a state dict. Collective (every rank runs the same
     gathers in the same order); a tied weight is copied once."""
     targets = dst.state_dict(keep_vars=True)
     done: set[int] = set()

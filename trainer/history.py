@@ -26,7 +26,7 @@ CONFIG = "config.yaml"
 HISTORY = "config_history.jsonl"
 
 # Fields a resume may change without asking: they decide where and how the run is written, reported, batched or
-# scheduled on the machine, not what it computes (micro-batching is gradient-invariant: tests/test_trainer.py).
+# scheduled on the machine, not what it computes (micro-batching is gradient-invariant: tests/trainer/test_train.py).
 # total_steps extends or shortens a run (with lr_schedule=constant, the default, it changes no step's update).
 OPERATIONAL = frozenset({
     "run_name", "output_dir", "resume", "resume_with_changes", "total_steps", "progress", "tracker", "log_rollouts",

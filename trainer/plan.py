@@ -2,14 +2,14 @@
 the downloads it needs, as arithmetic from the model's shapes and the config's fields (nothing here is measured).
 
 ``python -m trainer.train --config ... --dry-run`` prints ``plan_lines(cfg)``; the pages' tables render the same
-functions (``python -m benchmarks.gpu_plan`` for docs/gpu_memory.md, ``python -m benchmarks.step_model`` for
+functions (``python -m perf.gpu_plan`` for docs/gpu_memory.md, ``python -m perf.step_model`` for
 docs/performance.md), so the dry run of a preset and its row on a page can never disagree.
 
 **Memory** (docs/gpu_memory.md): what one GPU holds in a colocated run on one node of ``PLANNED_GPUS`` x 80 GB cards
 (one vLLM engine per rank at tensor parallelism 1, FSDP2 over the ranks, ``fully_shard`` per decoder layer and once
 for the root), in the update phase (engine asleep) and the generation phase (engine awake). Every term is a function
 of the model's shapes and the config's fields; ``terms`` and ``generation_terms`` name where each comes from;
-``benchmarks/device_check.py`` measures the update phase's per-layer terms on one GPU.
+``perf/device_check.py`` measures the update phase's per-layer terms on one GPU.
 
 **Time** (docs/performance.md, "Step-time model"), on ``PLANNED_GPUS`` x H100 SXM. A term's name matches the metric a
 run logs, so the first GPU run reads against it (``time/gen_s``, ``time/train_s``, ``time/behavior_s``):
@@ -32,7 +32,7 @@ run logs, so the first GPU run reads against it (``time/gen_s``, ``time/train_s`
   ``val_max_tokens``, amortized per step.
 - **Weight sync**: an allowance (``SYNC_S``) per step for the all-gather into the engine and its reload.
 
-Only the standard library is imported at module level: ``benchmarks/device_check.py`` imports this module on the
+Only the standard library is imported at module level: ``perf/device_check.py`` imports this module on the
 device machine, whose own ``python3`` has torch and transformers but not this project's other dependencies.
 """
 
@@ -50,7 +50,7 @@ GB = 1e9
 CARD_BYTES = 81_559 * 2**20
 PLANNED_GPUS = 8                # the paper presets are planned for one node of 8 x 80 GB (torchrun --nproc_per_node 8)
 RANKS = PLANNED_GPUS
-LOGIT_CHUNK_MEASURED_GB = 3.9   # benchmarks/bench_logprob_memory.py: 1024 positions x 152,064 logits, fp32, CPU
+LOGIT_CHUNK_MEASURED_GB = 3.9   # perf/bench_logprob_memory.py: 1024 positions x 152,064 logits, fp32, CPU
 CUDA_OVERHEAD_GB = 2.0          # CUDA context, NCCL buffers, allocator fragmentation: an allowance, not derived
 VLLM_ASLEEP_GB = 1.0            # what a level-2-asleep engine keeps (its context, CUDA-graph pool): an allowance
 

@@ -156,7 +156,7 @@ def gather_completions(comps: dict[int, Completion], d: Dist) -> dict[int, Compl
     """Every rank's ``{row: Completion}`` merged on every rank (all of them train on all rows). Token ids and
     log-probs / entropies go as int32 / float32 tensors (``all_gather_rows``), not as pickled Python lists: 512
     rows of 4k tokens with log-probs are 16.8 MB so, 27.6 MB pickled, which every rank received and unpickled
-    (tests/test_collectives.py). Lossless: ids fit int32, and both engines compute log-probs and entropies in
+    (tests/trainer/test_collectives.py). Lossless: ids fit int32, and both engines compute log-probs and entropies in
     float32."""
     if not d.enabled:
         return comps

@@ -11,7 +11,7 @@ the settings (each ``val_*`` field unset means the benchmark's default, as each 
 its token ids, one seed per sample (``sample_seed(val_seed, benchmark, problem id, j)``), the batch grading and the
 scores. So ``python -m eval.run --model runs/<run>/checkpoints/step_N --benchmarks aime24,aime25 --seed <val_seed>``
 (plus the ``val_*`` values set, as flags) writes the responses and verdicts validation wrote for step N, and reports
-its avg@n (tests/test_validation.py checks this on CPU). The engine may differ in one way only: eval.run loads the
+its avg@n (tests/trainer/test_validate.py checks this on CPU). The engine may differ in one way only: eval.run loads the
 saved export (``export_dtype``), validation samples from the weights in the run's compute dtype, which are the same
 numbers when the export dtype is the compute dtype (the default).
 

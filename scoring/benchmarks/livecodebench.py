@@ -29,7 +29,7 @@ two most recent problems).
 **A tag is one problem set whatever the source form**: the tag's files *and* its contest-date window. Given a
 folder, the tag's files are read and the window applied to them; given one file (``test6.jsonl`` itself, or a
 file holding several releases), the window is applied to it. So ``v6`` is the same problems from the folder as
-from its ``test6.jsonl`` alone, or from one file holding all six (tests/test_lcb_v6.py); a row of the tag's files
+from its ``test6.jsonl`` alone, or from one file holding all six (tests/scoring/test_lcb_v6.py); a row of the tag's files
 dated outside the window is left out in both forms and counted (``selection_summary`` names the count,
 ``describe`` records it). One file holding several releases can give more than the folder for a tag that ends
 before v6 only if some file holds rows dated in an earlier release's window, which the dataset card rules out.

@@ -1,6 +1,0 @@
-"""Performance benchmarks: ours vs reference implementations, measured side by side (``python -m benchmarks.run``).
-
-One module per benchmark (``bench_<name>.py``, each with ``run(ctx) -> BenchResult``), the explicit registry in
-``benchmarks/run.py``, the timing harness in ``benchmarks/common.py``. Results and how to read them:
-docs/performance.md.
-"""

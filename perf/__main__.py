@@ -1,0 +1,7 @@
+"""``python -m perf`` is ``python -m perf.run``."""
+
+import sys
+
+from perf.run import main
+
+sys.exit(main())

@@ -1,0 +1,24 @@
+"""A tiny randomly initialised Llama for the sampler's tests."""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+EOS = 2
+PAD = 0
+
+
+def tiny_llama(seed: int = 0, vocab: int = 100) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention, as in Qwen2.5
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    return LlamaForCausalLM(cfg).eval()
