@@ -1,4 +1,4 @@
-"""trainer.algos is a pure layer (STYLE §2): importing it pulls in no orchestration, IO or tracking modules."""
+"""trainer.algos is a pure layer: importing it pulls in no orchestration, IO or tracking modules."""
 
 import json
 import pathlib

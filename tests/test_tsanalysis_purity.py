@@ -1,4 +1,4 @@
-"""tsanalysis.core is a pure layer (STYLE §2): numpy/pandas only, no torch, trainer, eval, file IO."""
+"""tsanalysis.core is a pure layer: numpy/pandas only, no torch, trainer, eval, file IO."""
 
 import json
 import pathlib

@@ -1,7 +1,7 @@
 """A step's metrics and per-row records: rewards, lengths, clip fractions, entropies, the rollout log-prob check,
 the sync check, and the rows of ``rollouts/step_N.parquet`` (``contracts.records``).
 
-Names say what they count (STYLE §12): ``ppo/clipfrac_low`` and ``_high`` are fractions of the loss tokens,
+Names say what they count: ``ppo/clipfrac_low`` and ``_high`` are fractions of the loss tokens,
 ``seeds/*_seed`` and ``*_cont`` split them between seed and continuation tokens, ``rollout/logp_diff_*`` compares
 the sampler's log-probs with the trainer's; ``rollout_corr/*`` (the rollout correction's weight, clipped or masked
 share, k3 KL and log-perplexity ratio) comes with the update's metrics (``trainer.update.rollout_correction_metrics``).

@@ -3,7 +3,7 @@
 Every algorithm's per-token loss is one entry of ``trainer.algos.LOSSES`` (hyperparameters from
 ``trainer.config.loss_kwargs``), reduced by ``reduce_loss`` over the one denominator of the whole mini-batch
 (``loss_denominator``: all its micro-batches and ranks), so neither the micro-batch split nor the world size changes
-the gradient (STYLE §5). This module builds the tensors, looks the loss up and calls it; the optimizer is AdamW with
+the gradient. This module builds the tensors, looks the loss up and calls it; the optimizer is AdamW with
 a warmup and a constant or cosine schedule.
 
 With ``kl_coef > 0`` the loss also holds ``kl_coef`` times the KL penalty to the frozen reference policy

@@ -65,7 +65,7 @@ import numpy as np
 import pandas as pd
 
 from contracts.files import atomic_write_text
-from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, pass_at_k
+from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, passk_matrix
 from contracts.sampling import resolve_top_k
 from contracts.settings import SettingsMismatch, claim_folder
 
@@ -139,9 +139,11 @@ def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -
     fixed seed (95 %).
     """
     n = np.asarray(n, dtype=np.int64)
+    ks = k_grid(int(n.min()))
+    per_problem = {name: passk_matrix(n, c, ks) for name, c in (("early", early), ("relay", relay), ("final", final))}
     rows = []
-    for k in k_grid(int(n.min())):
-        pk = {name: pass_at_k(n, c, k) for name, c in (("early", early), ("relay", relay), ("final", final))}
+    for j, k in enumerate(ks):
+        pk = {name: m[:, j] for name, m in per_problem.items()}
         row = {"k": k, "problems": int(n.size)}
         for name, v in pk.items():
             est, lo, hi = bootstrap_ci(v, n_boot=n_boot, seed=seed)

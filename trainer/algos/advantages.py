@@ -1,4 +1,4 @@
-"""Per-response advantages, behind one table (STYLE §9): the config's `advantage` names the entry.
+"""Per-response advantages, behind one table (a plain dict): the config's `advantage` names the entry.
 
     ADVANTAGES[advantage](rewards [N], group_ids [N], **adv_kwargs(cfg)) -> Â [N]
 

@@ -22,7 +22,7 @@ Where the selection is computed: verl selects inside each micro-batch (its means
 so the split changes which tokens are restrained. Here the selection is a mask over a whole mini-batch (every
 micro-batch and rank), from one no-grad forward of the current policy at the mini-batch's start (the trainer's
 π_old forward for the first mini-batch, `trainer.update.cov_masks`), drawn from a generator seeded by (seed, step,
-mini-batch): the gradient does not depend on the micro-batch size or the world size (STYLE §5). Called without a
+mini-batch): the gradient does not depend on the micro-batch size or the world size (docs/method.md, "DAPO, the on-policy base"). Called without a
 mask, the losses select over the batch they are given (generator seed 0).
 
 KL-Cov's penalty β|log r| has gradient β·sign(log r)·∇log π_θ, and none at r = 1 (torch's d|x|/dx at 0 is 0): with one

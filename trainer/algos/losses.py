@@ -92,7 +92,7 @@ def loss_denominator(
     mode: str,
     max_len: int | None = None,
 ) -> float:
-    """The denominator of the optimizer step's loss (STYLE §5: computed once, handed to `reduce_loss`).
+    """The denominator of the optimizer step's loss (computed once per step, handed to `reduce_loss`).
 
     token-mean           Σ m                 tokens that enter the loss (DAPO: the global token count, docs/method.md;
                                              Thinking Seeds "state": continuation tokens; M2PO: all response
@@ -124,7 +124,7 @@ def reduce_loss(
     mode: str,
     denominator: float | Tensor,  # `loss_denominator` of the whole optimizer step
 ) -> Tensor:  # scalar
-    """The one reduction of a per-token loss to the scalar that is backpropagated (STYLE §5).
+    """The one reduction of a per-token loss to the scalar that is backpropagated: every loss goes through it, with the step's one denominator.
 
     token-mean, token-sum-norm   Σ_{i,t} ℓ·m / D                      (DAPO's token-mean when D = Σ m)
     seq-mean-token-mean          Σ_i [Σ_t ℓ·m / Σ_t m] / D            (GRPO's original, D = #responses)

@@ -1,4 +1,4 @@
-"""Every algorithm's per-token policy loss, behind one table (docs/method.md; STYLE §9: a plain dict, no registry).
+"""Every algorithm's per-token policy loss, behind one table (docs/method.md; a plain dict, no registry).
 
     loss_mat, stats = LOSSES[algorithm](batch, **hyperparameters)             # loss_mat [N, T]
     loss = reduce_loss(loss_mat, loss_mask(...), mode=..., denominator=...)    # trainer/algos/losses.py
