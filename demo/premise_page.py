@@ -24,7 +24,7 @@ import pandas as pd
 from contracts.commands import pct, points
 from contracts.files import atomic_write_text
 from demo.common import REPO, Log, machine, relay_rows
-from demo.miniature import T975, t_interval
+from demo.miniature import t975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.premise_budget import (EXTENSION, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget, eval_name,
                                  method_list)
@@ -75,8 +75,8 @@ NOTES_SOURCES: tuple[Source, ...] = (
             "row's setting, seed HELDOUT_SEED, PREMISE.heldout problems)", lambda p: [_one_solution_percent(p, "E")]),
     Derived("crossovers 4.4-4.9", "min and max of the pool restarts' crossover k per seed",
             lambda p: _crossovers(p, "restart_pool")),
-    Derived("(t = 4.30)", "t_{0.975, k−1} (demo.miniature.T975) for the methods table's k seeds",
-            lambda p: [T975[int(_methods(p).num(METHODS["onpolicy"].paper, "seeds")) - 1]]),
+    Derived("(t = 4.30)", "t_{0.975, k−1} (demo.miniature.t975) for the methods table's k seeds",
+            lambda p: [t975(int(_methods(p).num(METHODS["onpolicy"].paper, "seeds")) - 1)]),
     Cited("took 54-115 s each and 2198 s in all", f"timings.json of {_RUN}"),
     Cited("about 23 s, so scoring the four intermediate checkpoints of every run is about 35 of the 91.4 minutes",
           f"the Cost table's methods stage (4707 s wall) minus its 23 runs' training wall s in timings.json of {_RUN} "

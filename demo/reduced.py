@@ -36,7 +36,7 @@ from contracts.commands import pct, points
 from contracts.files import atomic_write_json, atomic_write_text
 from demo.addition import MARKER as ADDITION_MARKER
 from demo.common import DemoError, Log, machine, relay_rows
-from demo.miniature import T975
+from demo.miniature import t975
 from demo.premise import _Stages, run_premise
 from demo.premise_page import render_seed_lift, render_support, support_reading
 from demo.premise_budget import MARKER, METHODS, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name, method_list
@@ -207,7 +207,7 @@ def _relay_word(r: dict) -> str:
 
 
 def _cost_of_reduction(b: PremiseBudget) -> str:
-    premise_t = T975[PREMISE.seeds - 1]
+    premise_t = t975(PREMISE.seeds - 1)
     left_out = sorted(set(method_list(PREMISE)) - set(method_list(b)))
     return (
         f"**What the reduction costs** against `python -m demo --premise`: {b.seeds} training "

@@ -120,7 +120,8 @@ class EvalConfig:
     # --- output -------------------------------------------------------------------------------------------------
     out: str = _f("results/eval", "results root: <out>/<model>/<benchmark>.jsonl and the leaderboard")
     baseline: str | None = _f(None, "the model the leaderboard's paired comparisons are against (default: the "
-                                    "first --model given)")
+                                    "first model on the board, oldest results first, as python -m eval.leaderboard "
+                                    "chooses; on a fresh --out the first --model)")
     progress: bool = _f(True, "progress bars")
 
 
@@ -157,6 +158,10 @@ def validate(cfg: EvalConfig) -> None:
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         raise ConfigError(f"benchmarks: unknown benchmark {unknown[0]!r}; choose from: {', '.join(BENCHMARKS)}")
+    for key, names in (("benchmarks", benchmarks or []), ("lm_eval_tasks", tasks or [])):
+        twice = next((x for i, x in enumerate(names) if x in names[:i]), None)
+        if twice is not None:   # scored twice, appended twice to one results file
+            raise ConfigError(f"--{key.replace('_', '-')} {','.join(names)}: names {twice!r} twice; list each once")
     if cfg.names is not None and len(cfg.names) != len(models):
         raise ConfigError(f"--name given {len(cfg.names)} times for {len(models)} --model (names and models must "
                           f"pair up)")

@@ -4,7 +4,9 @@ context are checked where every entry point checks them, ``inference.hub`` (``re
 ``check_context``).
 
 Every failure is an ``EvalInputError`` whose message names the file (and line, or problem) and what to do; the
-command line prints it as one line and exits 2, before anything is written for that input.
+command line prints it as one line and exits 2, before anything is written for that input. A results file another
+process is writing is one too (``results_lock``: one writer per results file, ``contracts.locks``), naming the
+holder.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ import hashlib
 import json
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from contracts.jsonl import iter_jsonl
+from contracts.locks import Lock, LockHeld, acquire, lock_file
 from contracts.samples import check_settings, repair
 from scoring.benchmarks.base import Benchmark, Problem
 from scoring.benchmarks.protocol import generation_settings
 
 
 __all__ = ["EvalInputError", "model_name", "fingerprint", "data_settings", "load_problems", "read_samples_input",
-           "file_settings", "prepare"]
+           "file_settings", "check_results_path", "results_lock", "prepare"]
 
 
 class EvalInputError(ValueError):
@@ -133,13 +137,36 @@ def file_settings(bench: Benchmark, model_path: str, name: str, *, n, temperatur
             "dtype": dtype, "data": data}
 
 
-def prepare(path: Path, problems: list[Problem], settings: dict) -> list[Problem]:
-    """Repair the results file, check its settings and its data, return the problems still to do (nothing is
-    created). EvalInputError for a corrupt file or one written with other settings or from other data."""
+def check_results_path(path: Path) -> None:
+    """EvalInputError when the results file ``path`` cannot be one: its model folder is a file, or it is a folder."""
     if path.parent.exists() and not path.parent.is_dir():
         raise EvalInputError(f"{path.parent} is a file, not a results folder; move it away or choose another --out")
     if path.is_dir():
         raise EvalInputError(f"{path} is a folder, not a results file; move it away or choose another --out")
+
+
+@contextmanager
+def results_lock(path: Path) -> Iterator[Lock]:
+    """The lock of the results file ``path`` for the block (``contracts.locks``: ``.<benchmark>.jsonl.lock`` beside
+    it, made with its folders when missing and removed with them, when left empty, at the end): one ``eval.run``
+    writes a results file at a time. EvalInputError naming the holder when another process writes it."""
+    try:
+        lock = acquire(lock_file(path), what=str(path), command="eval.run",
+                       fix="wait for it to finish (or stop it), or write to another --out")
+    except LockHeld as e:
+        raise EvalInputError(str(e)) from None
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def prepare(path: Path, problems: list[Problem], settings: dict) -> list[Problem]:
+    """Repair the results file (a torn last line cut, a second row of a problem removed: ``contracts.samples.repair``;
+    the caller holds the file's lock, ``results_lock``), check its settings and its data, return the problems still
+    to do (nothing is created). EvalInputError for a corrupt file or one written with other settings or from other
+    data."""
+    check_results_path(path)
     try:
         done_rows = repair(path)
         check_settings(path, done_rows, settings)

@@ -16,7 +16,10 @@ lm-evaluation-harness bridge) and writes ``<root>/leaderboard.md``, ``<root>/lea
 - lm-eval tasks as extra columns: the task's main metric, ±1.96 standard errors, and the sample count (never in
   the average: they have no per-problem scores here);
 - samples that could not be graded (verdict ``grader_error``, or ``timeout``: the grader's own limit) are left out
-  of every number above and counted beside them ("N ungraded"), with a warning under the table.
+  of every number above and counted beside them ("N ungraded"), with a warning under the table;
+- every sample is keyed by (problem, sample): a results file's second row of a problem (two writers appended the
+  same problems) is dropped with a warning naming the file and the lines, so P is the number of problems and no
+  interval resamples a problem twice (``contracts.samples``).
 
 **Model order and the baseline.** ``--models A,B,C`` puts exactly those models on the board, in that order.
 Without it, every model folder is on the board, oldest first: a folder's time is the oldest modification time
@@ -91,18 +94,20 @@ def lm_eval_entries(model: str, results: dict) -> list[dict]:
     return out
 
 
-def _result_rows(path: Path) -> tuple[list[dict], str | None]:
-    """(rows, None) of a results file, or ([], why) for a file that is not one (malformed JSON, rows without the
-    fields ``eval.run`` writes)."""
+def _result_rows(path: Path) -> tuple[list[dict], list[str]]:
+    """(rows, warnings) of a results file: its rows one per problem (a duplicate row of a problem is dropped and
+    named in a warning: ``contracts.samples.unique_rows``), or ([], [why]) for a file that is not one (malformed
+    JSON, rows without the fields ``eval.run`` writes)."""
+    said: list[str] = []
     try:
-        rows = read_samples(path)
+        rows = read_samples(path, warn=said.append)
     except (ValueError, OSError) as e:
-        return [], f"skipped {path}: {e}"
+        return [], [f"skipped {path}: {e}"]
     for i, r in enumerate(rows, start=1):
         if not (isinstance(r.get("correct"), list) and isinstance(r.get("settings"), dict) and "problem_id" in r):
-            return [], (f"skipped {path}: not an eval.run results file (its row {i} lacks problem_id, correct or "
-                        f"settings); move it out of the results folder")
-    return rows, None
+            return [], [f"skipped {path}: not an eval.run results file (its row {i} lacks problem_id, correct or "
+                        f"settings); move it out of the results folder"]
+    return rows, said
 
 
 def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None, models: list[str] | None = None,
@@ -120,17 +125,19 @@ def build_leaderboard(root: str | os.PathLike, *, baseline: str | None = None, m
     A JSONL (or ``lm_eval.json``) file under a model folder that is not a results file (a stray copy, a malformed
     line) is left out, and ``skipped`` holds one line naming it and why: the caller prints it as a warning. Not an
     error: one stray file should not keep the board of everything else from being written, and the warning names
-    it (a resume of that very file by ``eval.run`` still refuses a malformed one). ValueError for a ``baseline`` or
-    one of ``models`` that is not among the models, and for an ``average`` benchmark no model has sample files of."""
+    it (a resume of that very file by ``eval.run`` still refuses a malformed one). A second row of a problem in a
+    results file (two writers appended the same problems) is dropped, each problem counted once from its first line,
+    and ``skipped`` holds the line naming the file and the lines (``contracts.samples.unique_rows``): no bootstrap
+    here runs over a problem twice. ValueError for a ``baseline`` or one of ``models`` that is not among the models,
+    and for an ``average`` benchmark no model has sample files of."""
     root = Path(root)
     entries, rows_by, skipped, written = [], {}, [], {}
     for d in sorted(x for x in root.iterdir() if x.is_dir()):
         for f in sorted(d.glob("*.jsonl")):
             if f.name.endswith(".disagreements.jsonl"):
                 continue
-            all_rows, why = _result_rows(f)
-            if why is not None:
-                skipped.append(why)
+            all_rows, said = _result_rows(f)
+            skipped += said
             if not all_rows:
                 continue
             written[d.name] = min(written.get(d.name, math.inf), f.stat().st_mtime)

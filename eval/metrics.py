@@ -22,8 +22,15 @@ __all__ = ["counts", "k_grid", "summarize", "compare", "average", "compare_avera
 
 
 def counts(rows: Sequence[dict]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(problem ids, n per problem, correct per problem) of sample-file rows (each with ``correct``: list[bool])."""
+    """(problem ids, n per problem, correct per problem) of sample-file rows (each with ``correct``: list[bool]).
+    ValueError for a problem that has two rows: every score here resamples problems, so one counted twice would be
+    weighed twice (``contracts.samples.read_samples`` keeps each problem's first row)."""
     ids = [str(r["problem_id"]) for r in rows]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        twice = next(p for p in ids if p in seen or seen.add(p))
+        raise ValueError(f"problem {twice!r} has two rows; read sample files with contracts.samples.read_samples, "
+                         f"which keeps each problem's first row")
     n = np.array([len(r["correct"]) for r in rows], dtype=np.int64)
     c = np.array([sum(bool(x) for x in r["correct"]) for r in rows], dtype=np.int64)
     return ids, n, c

@@ -6,7 +6,10 @@ append one line per problem to ``<out>/<model>/<benchmark>.jsonl`` (format: ``co
 the file are skipped, so an interrupted run resumes where it stopped; a file written with other settings is an
 error. Math answers are graded by math-verify in a process pool with a hard per-item timeout, and cross-checked by
 the Qwen-style grader (disagreements go to ``<benchmark>.disagreements.jsonl``). At the end the leaderboard of
-everything under ``out`` is printed and written (``eval.leaderboard``).
+everything under ``out`` is printed and written (``eval.leaderboard``): the board ``python -m eval.leaderboard out``
+writes, the same order (oldest results first) and the same baseline (``--baseline``, else the first model on the
+board). One process writes a results file at a time: its lock (``.<benchmark>.jsonl.lock`` beside it,
+``contracts.locks``) is taken before the file is read for a resume and held until the run ends.
 
 Configuration: one ``eval.config.EvalConfig``, from a profile, a preset and the command line: ``python -m eval.run
 --config eval/configs/paper_math.yaml --profile deepseek-r1-distill-qwen-1.5b --model PATH max_tokens=32768``.
@@ -45,8 +48,9 @@ that verdict, counted in the report and the leaderboard, excluded from every sco
 run over the same file. When any remain, ``run_eval`` does not write the leaderboard and the command exits 3, unless
 ``--allow-ungraded``.
 Bad input (a config value, a malformed file, an unknown id, a missing, damaged or wrong model folder, an --out that
-is a file, no problems to score, an unknown --baseline or lm-eval task, a code benchmark on a machine where the
-sandbox is not fully isolated without ``--allow-unisolated``) ends the command with one line naming the
+is a file, no problems to score, an unknown --baseline or lm-eval task, a benchmark, task or model folder named
+twice, a results file another process is writing, a code benchmark on a machine where the sandbox is not fully
+isolated without ``--allow-unisolated``) ends the command with one line naming the
 field or the file and line, exit status 2, before any model loads and before anything is written. A failure inside
 the run is one line too, exit 1 (``THINKING_SEEDS_DEBUG=1`` prints its traceback); Ctrl-C exits 130 and SIGTERM
 143, each with one line: the files keep every chunk written, and the same command resumes from them
@@ -75,8 +79,8 @@ from scoring.benchmarks.base import Benchmark, Problem
 from scoring.benchmarks.protocol import encode_prompts, sample_seed   # shared with the trainer's validation
 from eval.config import PROFILES, EvalConfig, add_flags, flag_values, lcb_filters, load_eval_config, validate
 from eval.grading import grade_responses, regrade, write_disagreements
-from eval.inputs import (EvalInputError, data_settings, file_settings, load_problems, model_name, prepare,
-                         read_samples_input)
+from eval.inputs import (EvalInputError, check_results_path, data_settings, file_settings, load_problems, model_name,
+                         prepare, read_samples_input, results_lock)
 from eval.leaderboard import build_leaderboard, write_leaderboard
 from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
 from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
@@ -292,6 +296,13 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     except ModelSourceError as e:
         raise EvalInputError(str(e)) from None
     pairs = [(spec, (cfg.names[i] if cfg.names else model_name(spec))) for i, spec in enumerate(cfg.models)]
+    seen: dict[str, str] = {}
+    for spec, name in pairs:   # two models into one folder would append to each other's files
+        if name in seen:
+            raise EvalInputError(
+                f"--model {spec} is given twice; list each model once" if seen[name] == spec else
+                f"--model {seen[name]} and --model {spec} would both write {out / name}; give each its own --name")
+        seen[name] = spec
     if cfg.baseline is not None:   # the leaderboard's models: those already under out and this run's
         known = sorted({name for _, name in pairs} | ({d.name for d in out.iterdir() if d.is_dir()}
                                                        if out.is_dir() else set()))
@@ -326,6 +337,16 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     pool = WorkerPool(apply, timeout=cfg.grade_timeout, workers=cfg.workers, memory_mb=MATH_MEMORY_MB) if any(
         b.kind == "math" for b in benches) else None
     reports: list[dict] = []
+    locks = contextlib.ExitStack()   # one writer per results file: held until every file of this run is written
+
+    def lock(path: Path) -> None:
+        """Check the results file's path and take its lock (EvalInputError naming the holder when another process
+        writes it), before the file is read for a resume or written."""
+        check_results_path(path)
+        held = locks.enter_context(results_lock(path))
+        if held.stale:
+            log(f"warning: {held.stale}")
+
     try:
         if cfg.samples:
             (bench, probs, data), (spec, name) = loaded[0], pairs[0]
@@ -337,6 +358,7 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                 raise EvalInputError(f"--samples {cfg.samples}: " + (
                     "holds no rows; give a file of JSON lines {\"problem_id\": ..., \"responses\": [...]}" if not
                     given else f"none of its {len(given)} problems is among the first {cfg.limit} (--limit)"))
+            lock(out / name / f"{bench.name}.jsonl")
             report = evaluate_samples(name, bench, probs, cfg.samples, out,
                                       template=cfg.template or bench.default_template, limit=cfg.limit, pool=pool,
                                       progress=cfg.progress, log=log, data=data)
@@ -354,7 +376,8 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                                              temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                              max_tokens=cfg.max_tokens, template=cfg.template, seed=cfg.seed,
                                              data=data, engine=engine, dtype=dtype)
-                    # raises on a settings mismatch, before any model loads
+                    # raises when another process writes the file, or on a settings mismatch, before any model loads
+                    lock(out / name / f"{bench.name}.jsonl")
                     prepare(out / name / f"{bench.name}.jsonl", probs, settings)
                     # every prompt plus its budget fits the model's context (or the config's max_context): checked
                     # now, before any weights load, not found when a response runs past the last position
@@ -385,14 +408,15 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     finally:
         if pool is not None:
             pool.close()
+        locks.close()
 
     ungraded = sum(r.get("ungraded") or 0 for r in reports)
     if (ungraded and not cfg.allow_ungraded) or not out.is_dir():
         return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
     try:
-        # the baseline: --baseline, else the first --model of this command (not the alphabetically first folder)
-        first = next((name for _, name in pairs if any((out / name).glob("*.jsonl"))), None)
-        board = build_leaderboard(out, baseline=cfg.baseline or first)
+        # the board python -m eval.leaderboard OUT writes: the same order (oldest results first) and baseline
+        # (--baseline, else the first model on the board), so the two commands never disagree about one folder
+        board = build_leaderboard(out, baseline=cfg.baseline)
     except ValueError as e:   # --baseline among no model with rows (checked against the folders above)
         raise EvalInputError(str(e)) from None
     for why in board["skipped"]:
@@ -412,7 +436,8 @@ settings, each layer overriding the one before:
   --model is models, --name names, --no-progress progress=false; lists as a,b or [a, b]; null for unset).
   Presets: eval/configs/.
 
-exit status: 0; 2 for a usage, config or input error (one line naming the field or the file; nothing written);
+exit status: 0; 2 for a usage, config or input error, or a results file another process is writing (one line
+naming the field, the file or the holder; nothing written);
 3 when some samples could not be graded and --allow-ungraded was not given (the leaderboard is not written);
 1 a failure inside the run (one line; THINKING_SEEDS_DEBUG=1 prints the traceback); 130 Ctrl-C, 143 SIGTERM
 (one line: the results written so far stay, the same command resumes from them)."""

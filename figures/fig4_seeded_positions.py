@@ -7,7 +7,8 @@ responses only, ``seeded`` = both; tables written before those series existed fa
 ``all``, which also hold the refresh steps' unseeded responses) and its
 ``takeover`` table (takeover point = seed_len / final length over seeded responses). Seed and continuation are
 told apart by colour and marker; the takeover point is a vertical line at its mean with a ±1 s.d. band.
-Clipping rates are per 10^4 loss tokens *of that series in that bin*.
+Clipping rates are per 10^4 loss tokens *of that series in that bin*; without a clipped token in either series the
+clipping panel says "no clipped tokens" and the legend names no clip style.
 
 Mismatch input: the ``relative`` table of ``tsanalysis mismatch`` (bins of relative position within the seed,
 or within the response with ``--relative-to response``).
@@ -22,7 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .fig3_positions import CLIP_YLABEL, ENTROPY_YLABEL, _series, bin_centers, draw_clip_bars, format_position_axis
+from .fig3_positions import (CLIP_YLABEL, ENTROPY_YLABEL, _series, bin_centers, draw_clip_bars, format_position_axis,
+                             has_clips, say_no_clips)
 from .style import SERIES_COLORS, SERIES_LABELS, SERIES_MARKERS, color_cycle, figure_style, new_figure
 
 __all__ = ["plot_seeded_positions", "plot_mismatch", "MISMATCH_QUANTITIES"]
@@ -48,13 +50,17 @@ def plot_seeded_positions(bins: pd.DataFrame, takeover: pd.DataFrame | None = No
         ax_e.plot(bin_centers(d_all), d_all["entropy_mean"].to_numpy(float), color=SERIES_COLORS[whole],
                   linewidth=1.0, linestyle=":", label=SERIES_LABELS[whole])
         w = float(np.min(d_all["pos_hi"].to_numpy(float) - d_all["pos_lo"].to_numpy(float)))
+        clipped = False
         for series, off in (("seed", -0.2 * w), (cont, 0.2 * w)):
             d = _series(bins, series)
+            clipped = clipped or has_clips(d)
             c = SERIES_COLORS[series]
             ax_e.plot(bin_centers(d), d["entropy_mean"].to_numpy(float), color=c, marker=SERIES_MARKERS[series],
                       label=SERIES_LABELS[series])
             draw_clip_bars(ax_c, d, offset=off, width_frac=0.38, color_low=_light(c), color_high=c,
                            hatch_low="////", edge="white")
+        if not clipped:
+            say_no_clips(ax_c)
         ax_e.set_ylabel(ENTROPY_YLABEL)
         ax_c.set_ylabel(CLIP_YLABEL)
         ax_c.set_ylim(bottom=0)
@@ -73,8 +79,9 @@ def plot_seeded_positions(bins: pd.DataFrame, takeover: pd.DataFrame | None = No
                 ax.axvline(m, color=TAKEOVER_COLOR, linestyle="--", linewidth=1.2, zorder=1)
             handles.append(Line2D([], [], color=TAKEOVER_COLOR, linestyle="--",
                                   label=f"takeover point (mean {m:.2f} ± {s:.2f} s.d.)"))
-        handles += [Patch(facecolor="white", edgecolor="#666666", hatch="////", label="low clip (hatched)"),
-                    Patch(facecolor="#666666", label="high clip (solid)")]
+        if clipped:   # no clip styles for bars that are not drawn
+            handles += [Patch(facecolor="white", edgecolor="#666666", hatch="////", label="low clip (hatched)"),
+                        Patch(facecolor="#666666", label="high clip (solid)")]
         fig.legend(handles=handles, loc="outside lower center", ncols=3)
         if title:
             fig.suptitle(title)

@@ -23,6 +23,9 @@ export is for evaluation and for starting new runs; resume reads the fp32 master
 A checkpoint is first written under ``step_NNNNNN.tmp`` and renamed when every rank has finished, so a run killed
 mid-write never leaves a directory resume would trust. Rank 0 picks the checkpoint to resume and tells the others;
 ranks that do not see rank 0's run directory (node-local ``runs/`` on several nodes) stop with a clear error.
+One trainer writes a run folder at a time: rank 0 holds ``<run>/.train.lock`` for the whole run (``run_lock``,
+``contracts.locks``), so a second launch on the same folder is refused before it writes anything; a launch of a
+run already at ``total_steps`` says so and trains nothing (``already_trained``).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Collection, NamedTuple
+from typing import Collection, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -46,6 +50,7 @@ from safetensors.torch import save_file
 
 from contracts.config import to_dict
 from contracts.files import atomic_write_json, atomic_write_text, temporary_path
+from contracts.locks import LockHeld, acquire
 from trainer.config import Config
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
@@ -261,6 +266,61 @@ def load_checkpoint(path: Path, *, model, optimizer, d: Dist) -> dict:
 
 def load_trainer_state(ckpt: Path) -> dict:
     return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+RUN_LOCK = ".train.lock"   # <run>/.train.lock: held by the process that writes the run (contracts.locks)
+
+
+@contextmanager
+def run_lock(run_dir: Path, d: Dist) -> Iterator[None]:
+    """One trainer per run folder, for the block: rank 0 (the process that writes metrics, records and the config;
+    on several nodes, the first rank of the first) takes ``<run>/.train.lock`` before anything is written and holds
+    it until the run ends, however it ends. The other ranks take no lock and wait on nothing: rank 0 tells them the
+    outcome (one broadcast, after a non-blocking try), so a refused launch stops every rank at once and no rank
+    waits on a lock. ``LockHeld`` (bad input) on every rank when another process writes the run folder; a lock a
+    dead trainer left behind is taken over with a warning on stderr."""
+    lock, error, said = None, None, None
+    if d.is_main:
+        try:
+            lock = acquire(Path(run_dir) / RUN_LOCK, what=f"the run folder {run_dir}", command="trainer.train",
+                           fix="wait for that run to end (or stop it), or give this one another run_name")
+        except Exception as exc:   # told to every rank before rank 0 raises it: no rank is left waiting
+            error, said = exc, (isinstance(exc, LockHeld), str(exc))
+    said = broadcast_object(said, d)
+    if error is not None:
+        raise error
+    if said is not None:
+        raise LockHeld(said[1]) if said[0] else RuntimeError(f"rank 0 could not lock the run folder: {said[1]}")
+    if lock is not None and lock.stale:
+        print(f"warning: {lock.stale}", file=sys.stderr, flush=True)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def already_trained(run_dir: Path, cfg: Config, d: Dist) -> str | None:
+    """The line a launch of a run that has reached ``total_steps`` prints instead of loading a model to train no
+    step (rank 0 decides, every rank gets it), or None when there is a step to train: the checkpoint the run would
+    resume from (``resume``: auto, the newest; or the one it names) is at step ``total_steps - 1`` or later."""
+    line = None
+    if d.is_main:
+        try:
+            path = find_resume_checkpoint(run_dir, cfg.resume)
+        except CheckpointError:   # said on every rank when the run resumes (agree_resume_checkpoint)
+            path = None
+        m = _STEP_DIR.match(path.name) if path is not None else None
+        try:   # a checkpoint this trainer cannot read is said where the resume reads it (bad input), not here
+            readable = m is not None and check_format(path) is not None
+        except CheckpointError:
+            readable = False
+        if readable and int(m.group(1)) + 1 >= cfg.total_steps:
+            step = int(m.group(1))
+            line = (f"already at total_steps={cfg.total_steps}: {run_dir} has trained steps 0-{step} (checkpoint "
+                    f"{path}), so there is nothing to train and nothing was written; to train further raise "
+                    f"total_steps (total_steps=N: a resume may change it), for a new run give another run_name")
+    return broadcast_object(line, d)
 
 
 def check_shared_run_dir(run_dir: Path, d: Dist) -> None:

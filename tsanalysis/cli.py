@@ -233,12 +233,17 @@ def _cmd_seeds(args) -> None:
     _finish(args, t, args.run_dir)
 
 
+def _say(line: str) -> None:
+    """A library's progress line on stdout, its ``warning:`` lines on stderr."""
+    print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
+
+
 def _cmd_relay(args) -> None:
     cfg = from_flags(RelayConfig, args)
     validate_relay(cfg)   # before the relay's imports: a bad flag answers at once
     from .relay import run_relay   # imports torch/transformers when called: only this command needs them
 
-    tables, out_dir, settings = run_relay(cfg)
+    tables, out_dir, settings = run_relay(cfg, log=_say)
     print(format_passk(tables["relay_passk"]))
     paths = io.write_results(out_dir, tables, settings)
     print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)

@@ -48,6 +48,12 @@ claimed: the config (``tsanalysis.config.validate_relay``: sampling values, one 
 or tokenizer, a truncated safetensors file), the problems, an output path that is a file, the tokenizers, the
 context. A folder claimed by a run whose first model then fails to load is removed again when it holds nothing
 else. This module is a library: the command line is ``tsanalysis.cli``.
+
+``--early`` and ``--final`` naming the same model (one folder, links resolved, or one hub snapshot) is a warning
+before any model loads, not an error: the relay is then the model continuing its own prefixes, relay and final-only
+sample one distribution, and their difference must be 0 up to sampling noise, a null control of the relay itself
+(with ``cut`` 0 the two are identical samples); the settings record ``same_model``. Refusing it would forbid that
+check; saying it at once keeps a mistyped --early from passing for Figure 2.
 """
 
 from __future__ import annotations
@@ -155,9 +161,12 @@ def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -
 
 
 # ---- JSONL helpers ---------------------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> dict[str, dict]:
-    """problem_id → record; a torn last line (interrupted write) is ignored, other bad lines are errors."""
+def _read_jsonl(path: Path, log: Callable[[str], None] = print) -> dict[str, dict]:
+    """problem_id → record; a torn last line (interrupted write) is ignored, other bad lines are errors. A problem's
+    second line (two relays appended to one folder) is dropped with a warning: its first line counts, as every
+    reader of sample files keys them (``contracts.samples``)."""
     out: dict[str, dict] = {}
+    again: list[int] = []
     if not path.exists():
         return out
     text = path.read_text(encoding="utf-8")
@@ -172,9 +181,16 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
                 lines.pop()   # the process died while appending this line: drop it, the problem is redone
                 break
             raise RelayError(f"{path}:{i}: malformed JSON line; delete the line or the file to redo it") from None
-        out[str(rec["problem_id"])] = rec
+        if str(rec["problem_id"]) in out:
+            again.append(i)
+        else:
+            out[str(rec["problem_id"])] = rec
     if text and not text.endswith("\n"):   # leave a clean file for the next append
         atomic_write_text(path, "".join(line + "\n" for line in lines))
+    if again:
+        log(f"warning: {path}: {len(again)} line(s) of problems already in the file (lines "
+            f"{', '.join(map(str, again[:6]))}{', ...' if len(again) > 6 else ''}) dropped: each problem counts once, "
+            f"from its first line")
     return out
 
 
@@ -253,6 +269,11 @@ class _Plan:
         import torch
 
         return "cuda" if self.engine == "hf" and torch.cuda.is_available() else None
+
+    @property
+    def same_model(self) -> bool:
+        """Whether --early and --final name one model (the same folder, links resolved, or the same hub snapshot)."""
+        return self.sources["early"].identity == self.sources["final"].identity
 
     def identity(self) -> dict:
         """The settings the folder's JSONL files belong to (``IDENTITY_KEYS``); a checkpoint is its folder's absolute
@@ -524,7 +545,8 @@ def _tables(plan: _Plan, results: dict) -> tuple[dict[str, pd.DataFrame], Path, 
     passk = pass_k_table(per_problem["n"], per_problem["early_correct"], per_problem["relay_correct"],
                          per_problem["final_correct"], seed=plan.cfg.seed)
     settings = {"command": "relay", "args": {**plan.identity(), "limit": plan.cfg.limit, "engine": plan.cfg.engine,
-                                             "engine_used": plan.engine}, "problems_evaluated": len(plan.problems)}
+                                             "engine_used": plan.engine}, "problems_evaluated": len(plan.problems),
+                "same_model": plan.same_model}
     return {"relay_problems": per_problem, "relay_passk": passk}, plan.out_dir, settings
 
 
@@ -533,8 +555,14 @@ def run_relay(cfg: RelayConfig, *, log: Callable[[str], None] = print) -> tuple[
     docstring. Bad input raises RelayError before any model is loaded and before the folder is claimed (``_plan``:
     ``validate_relay`` first)."""
     plan = _plan(cfg)
+    if plan.same_model:   # a null control, not bad input: said before any model loads (module docstring)
+        log(f"warning: --early {cfg.early} and --final {cfg.final} are the same model "
+            f"({plan.sources['final'].identity}): the relay is that model continuing its own prefixes, so relay and "
+            f"final-only sample one distribution and differ by sampling noise only (a null control, not Figure 2); "
+            f"for Figure 2 give an earlier checkpoint as --early")
     claimed = _claim(plan)
-    prefixes, results = _read_jsonl(plan.out_dir / PREFIXES), _read_jsonl(plan.out_dir / RESULTS)
+    prefixes = _read_jsonl(plan.out_dir / PREFIXES, log)
+    results = _read_jsonl(plan.out_dir / RESULTS, log)
     grade, sampler = _Grader(plan.bench, plan.tok), None
     todo = [p for p in plan.problems if str(p.id) not in results and str(p.id) not in prefixes]
     if todo:   # -- phase A: the early checkpoint writes responses; their prefixes are kept

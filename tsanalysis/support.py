@@ -106,8 +106,9 @@ def _samples(model: str, benchmark: str, rows: list[dict], source: str, *, texts
         if g is not None:
             kept.append(g)
     ids = [str(r["problem_id"]) for r in kept]
-    if len(set(ids)) != len(ids):
-        raise UsageError(f"{source}: a problem id appears twice; the file is not an eval.run results file")
+    # keyed by (problem, sample): contracts.samples.read_samples keeps each problem's first row (a duplicate is
+    # dropped with a warning naming the file and its lines), so no problem is counted twice here
+    assert len(set(ids)) == len(ids), f"{source}: a problem id appears twice after read_samples"
     n = np.array([len(r["correct"]) for r in kept], dtype=np.int64)
     c = np.array([sum(bool(x) for x in r["correct"]) for r in kept], dtype=np.int64)
     path = next((r.get("settings", {}).get("model_path") for r in kept if (r.get("settings") or {}).get("model_path")),

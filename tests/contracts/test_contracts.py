@@ -181,3 +181,38 @@ def test_one_k_grid_for_every_pass_at_k_table():
     assert table["pass"][6][0] == pytest.approx(2 / 3)
     assert table["pass"][2][0] == pytest.approx(float(pass_at_k(n, c, 2).mean()))
     assert table["avg"] == pytest.approx((0 + 1 / 6 + 1) / 3)
+
+
+def test_sample_readers_key_rows_by_problem_and_sample_and_say_which_lines_they_drop(tmp_path):
+    from contracts.samples import read_samples, repair
+
+    def row(pid, correct, **extra):
+        return json.dumps({"problem_id": pid, "correct": correct, **extra}) + "\n"
+
+    path = tmp_path / "addition.jsonl"
+    # two writers appended p0 and p1 twice (lines 3 and 5), the second draws differing from the first
+    text = row("p0", [True, True]) + row("p1", [False, True]) + row("p0", [False, False]) + row("p2", [True, False]) \
+        + row("p1", [False, False])
+    path.write_text(text)
+    said = []
+    rows = read_samples(path, warn=said.append)
+    assert [(r["problem_id"], r["correct"]) for r in rows] == [("p0", [True, True]), ("p1", [False, True]),
+                                                               ("p2", [True, False])]   # each problem's first line
+    assert said == [f"{path}: 2 duplicate rows of problems already in the file, dropped (each problem counts once, "
+                    f"from its first line): problem 'p0' at line 3, first at line 1 and 1 more (lines 5); two writers "
+                    f"appended the same problems; the next eval.run of this model and benchmark on this folder "
+                    f"removes them from the file"]
+    assert path.read_text() == text   # a reader never modifies the file
+    # a file of one row per sample (the disagreements file): the key is (problem, sample)
+    dis = tmp_path / "addition.disagreements.jsonl"
+    dis.write_text(row("p0", True, sample=0) + row("p0", False, sample=1) + row("p0", True, sample=0))
+    said.clear()
+    assert [(r["problem_id"], r["sample"]) for r in read_samples(dis, warn=said.append)] == [("p0", 0), ("p0", 1)]
+    assert len(said) == 1 and "problem 'p0' sample 0 at line 3, first at line 1;" in said[0]
+    # the writer's repair (under the file's lock) removes them from the file, and a clean file says nothing
+    said.clear()
+    assert repair(path, warn=said.append) == rows
+    assert path.read_text() == row("p0", [True, True]) + row("p1", [False, True]) + row("p2", [True, False])
+    assert len(said) == 1 and said[0].endswith("two writers appended the same problems; removed from the file")
+    said.clear()
+    assert read_samples(path, warn=said.append) == rows and repair(path, warn=said.append) == rows and said == []

@@ -1,20 +1,29 @@
 """What a user meets in the first hour of ``python -m eval.run``, ``python -m eval.leaderboard`` and ``tsanalysis
 relay``: a damaged or wrong checkpoint, a training run folder given as a checkpoint, bad sampling values, an
-``--out`` that is a file, nothing to score, an unknown baseline or lm-eval task, a stray file in the results, and a
-resume in another engine or dtype. Each is one line (exit 2, no traceback), found before any model loads, with
-nothing left on disk; the checkpoints are tiny ones built here (``inference.tiny``), never the hub."""
+``--out`` that is a file, nothing to score, an unknown baseline or lm-eval task, a stray file in the results, a
+resume in another engine or dtype, a results file another process is writing, a benchmark or model named twice.
+Each is one line (exit 2, no traceback), found before any model loads, with nothing left on disk; the checkpoints
+are tiny ones built here (``inference.tiny``), never the hub. Also here, what is said rather than refused: a problem
+written twice (counted once, with a warning, and removed by the next run), the leaderboard's order and baseline
+(the same from ``eval.run`` and ``eval.leaderboard``), and a relay of a model with itself."""
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 import inference
+from contracts.samples import read_samples
 from eval import leaderboard, run
+from eval.config import EvalConfig
+from eval.leaderboard import build_leaderboard
 from eval.parallel import generation_dtype
 from inference.hub import checkpoint_dtype
 from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
+from tests.helpers.processes import died_holding, other_holder
 from tsanalysis import relay
 from tsanalysis.cli import main as tsanalysis_main
 from tsanalysis.config import RelayConfig
@@ -373,3 +382,157 @@ def test_a_resume_in_another_engine_or_dtype_is_refused(tiny, tmp_path, capsys):
     assert rc == 2 and _one_line(capsys.readouterr().err).startswith(
         f"error: {path} (problem 'addition-s10000-000001') was written with other settings (dtype: recorded "
         f"'float32', now 'bfloat16')")
+
+
+# ---- one writer per results file, each name once, each problem once, one baseline ---------------------------------
+
+def _addition_samples(path: Path, k: int) -> Path:
+    """Completions of the first k addition problems, two each."""
+    path.write_text("".join(json.dumps({"problem_id": f"addition-s10000-{i:06d}", "responses": ["3", "7"]}) + "\n"
+                            for i in range(k)))
+    return path
+
+
+def _grade(samples: Path, out: Path, model: str = "m") -> list[str]:
+    return ["--model", model, "--benchmarks", "addition", "--samples", str(samples), "--out", str(out),
+            "--no-progress"]
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def test_a_second_eval_run_on_a_results_file_is_refused_naming_the_holder(tmp_path, capsys):
+    out = tmp_path / "out"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()   # one file name: the results record it, and a resume compares it
+    three, five = _addition_samples(tmp_path / "a" / "s.jsonl", 3), _addition_samples(tmp_path / "b" / "s.jsonl", 5)
+    assert run.main(_grade(three, out)) == 0
+    path = out / "m" / "addition.jsonl"
+    lock = out / "m" / ".addition.jsonl.lock"
+    assert not lock.exists()   # released at the end
+    capsys.readouterr()
+    with other_holder(lock, "eval.run") as pid:   # another eval.run writing m/addition.jsonl
+        before = _tree(out)
+        rec = json.loads(lock.read_text())
+        rc, _ = _eval(_grade(five, out))   # two more problems: it would append them
+        assert rc == 2 and _one_line(capsys.readouterr().err) == (
+            f"error: {path} is being written by another eval.run (pid {pid} on host {rec['host']}, since "
+            f"{rec['since']}; lock file {lock}); wait for it to finish (or stop it), or write to another --out")
+        assert _tree(out) == before   # the results, the leaderboard and the holder's lock file as they were
+        # one lock per results file: another model into the same --out goes on beside it
+        assert run.main(_grade(three, out, model="m2")) == 0
+        assert len(read_samples(out / "m2" / "addition.jsonl")) == 3
+    # the holder killed (SIGKILL, no cleanup: its record stays, its lock is free): the next run takes it over,
+    # says so, and resumes
+    dead = died_holding(lock, "eval.run")
+    capsys.readouterr()
+    assert run.main(_grade(five, out)) == 0
+    assert f"warning: took over a stale lock: eval.run (pid {dead} on host " in capsys.readouterr().out
+    assert [r["problem_id"] for r in read_samples(path)] == [f"addition-s10000-{i:06d}" for i in range(5)]
+    assert not lock.exists()
+
+
+def test_a_benchmark_or_a_model_named_twice_is_refused(tiny, tmp_path, no_model_loads, capsys):
+    out = tmp_path / "out"
+    rc, _ = _eval(["--model", str(tiny), "--benchmarks", "addition,countdown,addition", "--out", str(out)])
+    assert rc == 2 and _one_line(capsys.readouterr().err) == (
+        "error: --benchmarks addition,countdown,addition: names 'addition' twice; list each once")
+    preset = tmp_path / "twice.yaml"   # the same in an eval config
+    preset.write_text("benchmarks: [addition, addition]\n")
+    rc, _ = _eval(["--config", str(preset), "--model", str(tiny), "--out", str(out)])
+    assert rc == 2 and _one_line(capsys.readouterr().err) == (
+        "error: --benchmarks addition,addition: names 'addition' twice; list each once")
+    rc, _ = _eval(["--model", str(tiny), "--lm-eval-tasks", "gsm8k,gsm8k", "--out", str(out)])
+    assert rc == 2 and _one_line(capsys.readouterr().err) == (
+        "error: --lm-eval-tasks gsm8k,gsm8k: names 'gsm8k' twice; list each once")
+    rc, _ = _eval(["--model", str(tiny), "--model", str(tiny), "--benchmarks", "addition", "--out", str(out)])
+    assert rc == 2 and _one_line(capsys.readouterr().err) == (
+        f"error: --model {tiny} is given twice; list each model once")
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny, copy)
+    rc, _ = _eval(["--model", str(tiny), "--model", str(copy), "--name", "x", "--name", "x", "--benchmarks",
+                   "addition", "--out", str(out)])
+    assert rc == 2 and _one_line(capsys.readouterr().err) == (
+        f"error: --model {tiny} and --model {copy} would both write {out / 'x'}; give each its own --name")
+    assert not out.exists()
+
+
+def test_a_problem_written_twice_counts_once_and_the_next_run_removes_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    samples = _addition_samples(tmp_path / "s.jsonl", 3)
+    assert run.main(_grade(samples, out)) == 0
+    path = out / "m" / "addition.jsonl"
+    clean = path.read_bytes()
+    lines = clean.splitlines(keepends=True)
+    path.write_bytes(clean + lines[0] + lines[2])   # what two writers left: lines 4 and 5 repeat problems 0 and 2
+    damaged = path.read_bytes()
+    capsys.readouterr()
+    assert leaderboard.main([str(out)]) == 0
+    dropped = (f"{path}: 2 duplicate rows of problems already in the file, dropped (each problem counts once, from "
+               f"its first line): problem 'addition-s10000-000000' at line 4, first at line 1 and 1 more (lines 5); "
+               f"two writers appended the same problems")
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {dropped}; the next eval.run of this model and benchmark on this folder removes them from the file"]
+    [entry] = json.loads((out / "leaderboard.json").read_text())["entries"]
+    assert entry["problems"] == 3 and "(P=3, n=2)" in (out / "leaderboard.md").read_text()   # not P=5
+    assert path.read_bytes() == damaged   # the leaderboard reads, it does not mend
+    # the next eval.run of that model and benchmark holds the file's lock: it removes them, and says so
+    assert run.main(_grade(samples, out)) == 0
+    assert path.read_bytes() == clean
+    assert capsys.readouterr().err.splitlines() == [f"warning: {dropped}; removed from the file"]
+
+
+def test_eval_run_and_the_leaderboard_choose_the_same_order_and_baseline(tmp_path, capsys):
+    out = tmp_path / "out"
+    samples = _addition_samples(tmp_path / "s.jsonl", 3)
+    assert run.main(_grade(samples, out, model="zeta")) == 0   # an earlier model's results
+    hour_ago = time.time() - 3600
+    os.utime(out / "zeta" / "addition.jsonl", (hour_ago, hour_ago))
+    result = run.run_eval(EvalConfig(models=["alpha"], benchmarks=["addition"], samples=str(samples), out=str(out),
+                                     progress=False), log=lambda m: None)
+    board = result["leaderboard"]   # before: eval.run's baseline was its own first --model, alpha
+    assert (board["models"], board["baseline"]) == (["zeta", "alpha"], "zeta")
+    written = (out / "leaderboard.md").read_text()
+    capsys.readouterr()
+    assert leaderboard.main([str(out)]) == 0
+    assert (out / "leaderboard.md").read_text() == written == capsys.readouterr().out[:-1]
+    assert "## paired bootstrap vs zeta" in written
+    # --baseline chooses, in both commands alike
+    result = run.run_eval(EvalConfig(models=["alpha"], benchmarks=["addition"], samples=str(samples), out=str(out),
+                                     baseline="alpha", progress=False), log=lambda m: None)
+    assert result["leaderboard"]["baseline"] == "alpha"
+    assert build_leaderboard(out, baseline="alpha")["paired"] == result["leaderboard"]["paired"]
+
+
+def test_relay_says_when_early_and_final_are_the_same_model(tiny, tmp_path, monkeypatch, capsys):
+    """A warning before any model loads, not an error: the relay of a model with itself is a null control (with
+    cut 0, relay and final-only are the same samples), and the settings record it."""
+    best = tmp_path / "best"
+    best.symlink_to(tiny)   # as checkpoints/best links a step
+    kw = dict(benchmark="addition", n=2, limit=2, max_tokens=4, engine="hf", cut=0.0)
+    lines: list[str] = []
+    tables, _, settings = relay.run_relay(RelayConfig(early=str(tiny), final=str(best), out=tmp_path / "r", **kw),
+                                          log=lines.append)
+    assert lines[0] == (
+        f"warning: --early {tiny} and --final {best} are the same model ({tiny.resolve()}): the relay is that model "
+        f"continuing its own prefixes, so relay and final-only sample one distribution and differ by sampling noise "
+        f"only (a null control, not Figure 2); for Figure 2 give an earlier checkpoint as --early")
+    assert settings["same_model"] is True
+    per = tables["relay_problems"]
+    assert list(per["relay_correct"]) == list(per["final_correct"])   # cut 0: the same samples
+    # two checkpoints: no warning, and the settings say so
+    other = tmp_path / "other"
+    shutil.copytree(tiny, other)
+    lines.clear()
+    _, _, settings = relay.run_relay(RelayConfig(early=str(other), final=str(tiny), out=tmp_path / "r2", **kw),
+                                     log=lines.append)
+    assert settings["same_model"] is False and not [x for x in lines if x.startswith("warning")]
+    # the command says it on stderr, first
+    monkeypatch.setattr(inference, "load_policy", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stop")))
+    capsys.readouterr()
+    rc = tsanalysis_main(["relay", "--early", str(tiny), "--final", str(tiny), "--benchmark", "addition", "--n", "2",
+                          "--limit", "1", "--engine", "hf", "--out", str(tmp_path / "r3")])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 1 and err[0].startswith(f"warning: --early {tiny} and --final {tiny} are the same model (")
+    assert err[1].startswith("error: RuntimeError: stop")

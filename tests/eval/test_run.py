@@ -520,7 +520,7 @@ LCB = Path(__file__).resolve().parents[1] / "fixtures" / "lcb"
 
 
 def _lcb_samples(path: Path, skip=("cf1850_a",)) -> Path:
-    from tests.helpers.code import LCB_SOLUTIONS
+    from tests.helpers.lcb_solutions import LCB_SOLUTIONS
     path.write_text("".join(json.dumps({"problem_id": k, "responses": [v[0], v[1]]}) + "\n"
                             for k, v in LCB_SOLUTIONS.items() if k not in skip))
     return path

@@ -162,6 +162,36 @@ def test_plot_seeded_positions_separates_seed_and_continuation(tables, tmp_path)
     assert not [ln for ln in fig2.axes[0].lines if ln.get_linestyle() == "--"]
 
 
+def _no_clips(bins: pd.DataFrame) -> pd.DataFrame:
+    """The table of a run that clipped nothing (one update per batch: every ratio is 1)."""
+    out = bins.copy()
+    for col in ("clip_low_per_1e4", "clip_high_per_1e4", "clip_per_1e4"):
+        out[col] = 0.0
+    return out
+
+
+def _texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def test_a_panel_without_clipped_tokens_says_so_and_the_legend_names_no_clip(tables, tmp_path):
+    on, mb = _no_clips(tables["pos_on"]["bins"]), tables["pos_mb"]["bins"]
+    fig = plot_positions({"(a) on-policy": on, "(b) mini-batching": mb})
+    assert _texts(fig.axes[1]) == ["no clipped tokens"] and _texts(fig.axes[3]) == []   # (b) clips: its bars
+    assert any("low clip" in t.get_text() for t in fig.legends[0].get_texts())
+    fig = plot_positions(on)   # nothing clipped anywhere: no clip colours in the legend
+    assert _texts(fig.axes[1]) == ["no clipped tokens"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["mean entropy"]
+    _render(fig, tmp_path / "f3.png")
+    fig = plot_seeded_positions(_no_clips(tables["pos_seed"]["bins"]), tables["pos_seed"]["takeover"])
+    assert _texts(fig.axes[1]) == ["no clipped tokens"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert not any("clip" in x for x in labels) and any("takeover point" in x for x in labels)
+    _render(fig, tmp_path / "f4.png")
+    fig = plot_seeded_positions(tables["pos_seed"]["bins"], tables["pos_seed"]["takeover"])   # seeds clip
+    assert _texts(fig.axes[1]) == [] and any("low clip" in t.get_text() for t in fig.legends[0].get_texts())
+
+
 def test_plot_truncation_tokens_bars_and_category_shares(tables, tmp_path):
     tok = pd.concat([tables["trunc_rat"]["tokens"], tables["trunc_ent"]["tokens"]], ignore_index=True)
     cat = pd.concat([tables["trunc_rat"]["categories"], tables["trunc_ent"]["categories"]], ignore_index=True)

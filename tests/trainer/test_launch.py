@@ -7,6 +7,9 @@ code, the line printed, the folder left behind.
   ``resume_with_changes=true``, and then ``config_history.jsonl`` keeps what the earlier steps ran with.
 * SIGTERM saves a resume point and exits 143 with one line; Ctrl-C exits 130 with one line, no traceback; the same
   command resumes.
+* One trainer per run folder: a launch into a folder another trainer writes is refused (exit 2, the holder named,
+  nothing touched); a killed trainer's lock is taken over with a warning; a finished run relaunched says "already at
+  total_steps" and writes nothing.
 
 The runs are a fresh ``tiny:1m`` (no warm-up) for a few steps of 4 prompts x 2 samples: what is tested is the
 launch, not learning.
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.processes import died_holding, other_holder
 from trainer.train import main, torch_threads
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,6 +172,69 @@ def test_a_copied_preset_that_keeps_the_run_name_does_not_continue_the_old_run(t
     assert main(tiny(out)) == 0
     capsys.readouterr()
     _refused(capsys, tiny(out, algorithm="seeds", seed_refresh_interval=2), "algorithm: recorded 'dapo', now 'seeds'")
+
+
+# ------------------------------------------------------------------------------- one trainer per run folder
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def _held_line(out: Path, pid: int) -> str:
+    lock = out / "run" / ".train.lock"
+    rec = json.loads(lock.read_text())
+    return (f"error: the run folder {out / 'run'} is being written by another trainer.train (pid {pid} on host "
+            f"{rec['host']}, since {rec['since']}; lock file {lock}); wait for that run to end (or stop it), or give "
+            f"this one another run_name")
+
+
+def test_a_second_trainer_on_a_run_folder_is_refused_naming_the_holder(tmp_path, capsys):
+    out = tmp_path / "runs"
+    with other_holder(out / "run" / ".train.lock", "trainer.train") as pid:
+        before = _tree(out)
+        err = _refused(capsys, tiny(out))
+        assert err.strip() == _held_line(out, pid)
+        assert _tree(out) == before   # only the holder's lock file, as it was
+
+
+def test_a_run_already_at_total_steps_says_so_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "runs" / "run"
+    state = run / "checkpoints" / "step_000001" / "trainer_state"   # a resumable checkpoint of the last step
+    (state / "dcp").mkdir(parents=True)
+    (state / "state.pt").write_bytes(b"")
+    (state / "meta.json").write_text('{"format": 2, "step": 1}')   # what check_format reads (trainer.checkpoint)
+    (state / "dcp" / ".metadata").write_bytes(b"")
+    before = _tree(run)
+    assert main(tiny(tmp_path / "runs")) == 0   # total_steps=2: steps 0 and 1 are trained
+    assert [x for x in capsys.readouterr().err.splitlines() if x.strip()] == [
+        f"already at total_steps=2: {run} has trained steps 0-1 (checkpoint {run / 'checkpoints' / 'step_000001'}), "
+        f"so there is nothing to train and nothing was written; to train further raise total_steps (total_steps=N: "
+        f"a resume may change it), for a new run give another run_name"]
+    assert _tree(run) == before
+
+
+@pytest.mark.slow   # a short run, then three launches that train nothing
+def test_a_finished_run_relaunched_says_so_and_a_killed_trainers_lock_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "runs"
+    run = out / "run"
+    dead = died_holding(run / ".train.lock", "trainer.train")   # a trainer SIGKILLed in this folder
+    assert main(tiny(out)) == 0
+    err = capsys.readouterr().err
+    assert f"warning: took over a stale lock: trainer.train (pid {dead} on host " in err
+    assert not (run / ".train.lock").exists()
+    before = _tree(run)
+    assert main(tiny(out)) == 0   # the same command again: nothing to train, nothing loaded or written
+    assert [x for x in capsys.readouterr().err.splitlines() if x.strip()] == [
+        f"already at total_steps=2: {run} has trained steps 0-1 (checkpoint {run / 'checkpoints' / 'step_000001'}), "
+        f"so there is nothing to train and nothing was written; to train further raise total_steps (total_steps=N: "
+        f"a resume may change it), for a new run give another run_name"]
+    assert _tree(run) == before   # config_history.jsonl has no launch line for it
+    # the run extended while another trainer writes it: refused, nothing touched
+    with other_holder(run / ".train.lock", "trainer.train") as pid:
+        held = _tree(run)
+        assert _refused(capsys, tiny(out, total_steps=4)).strip() == _held_line(out, pid)
+        assert _tree(run) == held
+    assert main(tiny(out, total_steps=3)) == 0   # the holder gone: it extends the run
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
 
 # ------------------------------------------------------------------------------------------------ signals
