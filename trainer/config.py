@@ -25,8 +25,8 @@ from scoring.benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from scoring.benchmarks.protocol import generation_settings
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
 from scoring.templates import TEMPLATES
-from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, RolloutCorrection, SeedLoss, SeedRule,
-                           SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
+from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, M2poVariant, RolloutCorrection, SeedLoss,
+                           SeedRule, SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
 from trainer.tracking import TrackerName
 
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "uses_traces", "validation_warnings",
@@ -125,7 +125,12 @@ class Config:
     # --- DAPO ------------------------------------------------------------------------------------------
     clip_low: float = 0.2                 # epsilon_low
     clip_high: float = 0.28               # epsilon_high (clip-higher)
-    clip_c: float | None = None           # dual-clip bound for negative advantages; null = off
+    clip_ratio_c: float = 10.0            # dual clip (verl's clip_ratio_c; 0 = off, else > 1): a negative-advantage
+                                          # token's loss is capped at clip_ratio_c * |A|, so its gradient is zero once
+                                          # r > clip_ratio_c. 10 = verl's DAPO recipe (recipe/dapo), the base the paper
+                                          # describes (verl's generic actor default is 3): on-policy r = 1 never
+                                          # reaches it; it bounds the seed tokens' r = pi/pi_behavior, up to T - 1
+                                          # steps stale. LUFFY, M2PO and Clip-Cov have none, as their authors' code
     loss_agg: LossAgg = "token-mean"      # token-mean (global token count) | seq-mean-token-mean | seq-mean-token-sum | token-sum-norm (sum / (responses * max_response_tokens))
     adv_scale: AdvScale = "std"           # std: (R - mean)/(std + eps); none: R - mean (advantage=grpo, grpo_passk)
     advantage: Advantage = "grpo"         # trainer.algos.ADVANTAGES[advantage] (trainer/algos/advantages.py,
@@ -168,7 +173,9 @@ class Config:
     warmup_steps: int = 0
     lr_schedule: LrSchedule = "constant"
     max_grad_norm: float = 1.0
-    entropy_coef: float = 0.0             # entropy bonus (LUFFY uses 0.001)
+    entropy_coef: float = 0.0             # entropy bonus: - entropy_coef * the token mean of the entropy over the step's
+                                          # loss tokens, whatever loss_agg is (LUFFY: 0.001, a token mean beside its
+                                          # sum / max length policy loss, ElliottYan/LUFFY mix_src/mix_actor.py)
     kl_coef: float = 0.0                  # > 0: + kl_coef * KL(pi_theta || pi_ref) in the loss (verl's use_kl_loss /
                                           # kl_loss_coef), pi_ref a frozen copy of the initial policy (built only then:
                                           # compute dtype, sharded as the policy, no optimizer state); logs actor/kl.
@@ -192,7 +199,15 @@ class Config:
                                           # all wrong (the fresh group is sampled first; the others train on it)
     seed_adaptive_arms: int = 3           # seed_rule=adaptive: cut ratios i/(n+1), one chosen per row by Thompson
                                           # sampling of the policy's success rate from such a state
+    seed_adaptive_discount: float = 0.9   # seed_rule=adaptive: every win/loss count is multiplied by this at each
+                                          # restarted step before the step's outcomes are added (discounted Thompson
+                                          # sampling: the policy changes under the posterior; 0.9 = an outcome
+                                          # weighs half after 6.6 steps); 1 = never forget
     seed_pool_size: int = 4               # seed_source=pool: the newest correct responses kept per prompt
+    seed_prefix_sft_coef: float = 0.0     # seed_source=external: > 0 adds this times the negative log-likelihood of the
+                                          # reference prefix (the seed tokens; token mean over those of the step) to
+                                          # the loss: Prefix-RFT's supervised side (arXiv:2507.01679); 0 = the prefix
+                                          # is context only (seed_loss=state), the "Prefix-RFT-like" row
     seed_grade_sources: bool = True       # grade each seed's source response whole: the fresh value the seeds/lift_*
                                           # metrics and the records' source_correct compare with (false: one grading
                                           # batch fewer per seeded step; no lift; pool sources are graded regardless)
@@ -215,7 +230,14 @@ class Config:
                                           # data/luffy_prompts_dropped) | truncate (cut at the budget, finish=length)
     # M2PO (algorithm=m2po)
     m2po_tau: float = 0.04                # second-moment threshold (also seed_stale_loss=m2po)
-    m2po_staleness: int = 4               # train on rollouts written this many steps ago
+    m2po_staleness: int = 4               # train on rollouts written this many steps ago (as many updates at one per
+                                          # step; why the presets' 4 and not M2PO's headline 256 updates:
+                                          # docs/recipes.md "M2PO's settings")
+    m2po_variant: M2poVariant = "paper"   # paper = the final paper's Algorithm 1: drop the largest (log r)^2 trust-region
+                                          # tokens until their mean is <= m2po_tau, no clip | released = the authors'
+                                          # code (Infini-AI-Lab/M2PO core_algos.py): clip r to [e^-c, e^c], c the
+                                          # |log r| cap at which the capped second moment meets m2po_tau (solved over
+                                          # the mini-batch; the release solves it per micro-batch); also seed_stale_loss=m2po.
     # Clip-Cov / KL-Cov (algorithm=clip_cov | kl_cov; Cui et al. 2025, arXiv:2505.22617; trainer/algos/cov.py): the
     # tokens of largest Cov = (A - mean A)(log pi - mean log pi) over the mini-batch are restrained; both cost one
     # no-grad forward per mini-batch (the selection must be known before the first backward)
@@ -328,7 +350,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
            f"dtype={cfg.dtype}: set dtype=bfloat16, or keep master_dtype=float32")
     _check(0.0 <= cfg.clip_low <= 1.0 and cfg.clip_high >= 0.0,
            "clip_low must lie in [0, 1] (1: no lower clip) and clip_high >= 0")
-    _check(cfg.clip_c is None or cfg.clip_c > 1.0, "clip_c (dual clip) must be > 1 or null")
+    _check(cfg.clip_ratio_c == 0 or cfg.clip_ratio_c > 1.0,
+           f"clip_ratio_c (the dual clip) must be 0 (off) or > 1 (verl: 3; its DAPO recipe: 10), got {cfg.clip_ratio_c:g}")
     _check(cfg.temperature >= 0.0 and 0.0 < cfg.top_p <= 1.0, "temperature must be >= 0 and top_p in (0, 1]")
     _check(cfg.max_train_examples >= 0, "max_train_examples must be >= 0 (0 = all rows)")
     _check(cfg.lr >= 0, f"lr must be >= 0, got {cfg.lr:g}")
@@ -388,6 +411,13 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
         _check(cfg.seed_adaptive_arms >= 2 or cfg.seed_rule != "adaptive",
                f"seed_adaptive_arms must be >= 2 (seed_rule=adaptive chooses among them), got {cfg.seed_adaptive_arms}")
         _check(cfg.seed_pool_size >= 1, f"seed_pool_size must be >= 1, got {cfg.seed_pool_size}")
+        _check(0 < cfg.seed_adaptive_discount <= 1,
+               f"seed_adaptive_discount must lie in (0, 1] (1 = never forget), got {cfg.seed_adaptive_discount:g}")
+    _check(cfg.seed_prefix_sft_coef >= 0, f"seed_prefix_sft_coef must be >= 0 (0 = off), got {cfg.seed_prefix_sft_coef:g}")
+    _check(cfg.seed_prefix_sft_coef == 0 or (cfg.algorithm == "seeds" and cfg.seed_source == "external"),
+           f"seed_prefix_sft_coef={cfg.seed_prefix_sft_coef:g} trains the reference trace's prefix (Prefix-RFT), which only "
+           f"algorithm=seeds with seed_source=external cuts (got algorithm={cfg.algorithm}, seed_source={cfg.seed_source}): "
+           f"set both, or seed_prefix_sft_coef=0")
     if cfg.algorithm == "luffy":
         _check(1 <= cfg.luffy_off_policy_per_group < cfg.samples_per_prompt,
                f"luffy_off_policy_per_group must be in [1, samples_per_prompt), got {cfg.luffy_off_policy_per_group}")
@@ -524,12 +554,13 @@ def validation_warnings(cfg: Config) -> list[str]:
 
 def loss_kwargs(cfg: Config) -> dict:
     """The keyword hyperparameters of ``trainer.algos.LOSSES[cfg.algorithm]``, read from the config in one place."""
-    clip = {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high, "clip_c": cfg.clip_c}
+    clip = {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high}
+    dual = {**clip, "clip_ratio_c": cfg.clip_ratio_c}
     return {
-        "dapo": clip,
-        "seeds": {**clip, "stale_loss": cfg.seed_stale_loss, "tau": cfg.m2po_tau},
+        "dapo": dual,
+        "seeds": {**dual, "stale_loss": cfg.seed_stale_loss, "tau": cfg.m2po_tau, "m2po_variant": cfg.m2po_variant},
         "luffy": {"gamma": cfg.luffy_gamma},
-        "m2po": {"tau": cfg.m2po_tau},
+        "m2po": {"tau": cfg.m2po_tau, "variant": cfg.m2po_variant},
         "clip_cov": {**clip, "ratio": cfg.clip_cov_ratio, "lb": cfg.clip_cov_lb, "ub": cfg.clip_cov_ub},
         "kl_cov": {"ratio": cfg.kl_cov_ratio, "kl_coef": cfg.kl_cov_coef},
     }[cfg.algorithm]

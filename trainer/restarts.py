@@ -123,7 +123,8 @@ def _continue(b, step: int, exs: list[int], sources: list[list[SourceResponse]])
             r.behavior_logp = [math.nan] * len(r.response_ids)
     if cut.arms is not None:
         update_arm_stats(b.arm_stats, cut.arms, [s["correct"] for srcs in sources for s in srcs],
-                         [None if r.verdict in UNGRADED_VERDICTS else r.correct for r in rows])
+                         [None if r.verdict in UNGRADED_VERDICTS else r.correct for r in rows],
+                         discount=cfg.seed_adaptive_discount)
         ratios = adaptive_ratios(cfg.seed_adaptive_arms)
         b.restart_metrics["seeds/adaptive_ratio_mean"] = sum(ratios[a] for a in cut.arms) / len(cut.arms)
         for verdict, means in arm_means(b.arm_stats).items():

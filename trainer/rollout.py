@@ -193,8 +193,8 @@ class RolloutBuilder:
     seed_buffer: SeedBuffer | None = None   # the current Thinking Seeds refresh cycle
     # seed_source=pool: prompt id -> its newest correct responses (trainer.restarts)
     seed_pool: dict[str, list[SourceResponse]] = field(default_factory=dict)
-    # seed_rule=adaptive: wins / losses per source verdict and arm (trainer.algos.restarts.new_arm_stats)
-    arm_stats: dict[str, dict[str, list[int]]] | None = None
+    # seed_rule=adaptive: discounted wins / losses per source verdict and arm (trainer.algos.restarts.new_arm_stats)
+    arm_stats: dict[str, dict[str, list[float]]] | None = None
     restart_metrics: dict[str, float] = field(default_factory=dict)   # the step's seeds/* counts (trainer.restarts)
     stale_queue: list[list[Rollout]] = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
     # dynamic sampling's running keep rate (trainer.sampling.update_keep_counts): decayed counts of informative

@@ -1,6 +1,8 @@
 """DAPO's dynamic sampling: the step's rows, the groups left out, and the fresh groups that replace them.
 
-A group whose grader verdicts are all equal carries no signal (every advantage 0) and is dropped; a group with a
+A group whose grader verdicts are all equal carries no signal (every advantage 0) and is dropped, and so is a
+verdict-mixed group whose advantages are all 0 under an advantage that allows it (``trainer.algos.ZERO_ON_MIXED``:
+Pass@k Training's when fewer than k responses are wrong, verl's grpo_passk when two tie at the best); a group with a
 row the grader could not grade is left out (``ungraded=drop_group``) or kept with reward 0 (``zero``). While fewer
 than ``prompts_per_step`` groups remain, fresh on-policy groups are sampled from the data cursor, for at most
 ``max_sampling_rounds`` rounds (``refill`` says whether: M2PO's stale batch is not refilled by default).
@@ -32,8 +34,11 @@ import math
 from collections import Counter
 from typing import NamedTuple
 
+import torch
+
 from scoring.verdict import UNGRADED_VERDICTS
-from trainer.config import Config
+from trainer.algos import ADVANTAGES, ZERO_ON_MIXED
+from trainer.config import Config, adv_kwargs
 from trainer.rollout import Rollout, RolloutBuilder, fresh_first_round, split_groups
 
 KEEP_PRIOR = (1.0, 2.0)   # (informative, sampled) pseudo-counts before any sized round: a keep rate of 0.5
@@ -58,6 +63,18 @@ def filter_groups(rows: list[Rollout]) -> tuple[list[Rollout], int]:
         else:
             dropped += 1
     return kept, dropped
+
+
+def zero_advantage(cfg: Config, group: list[Rollout]) -> bool:
+    """Whether the run's advantage (``ADVANTAGES[cfg.advantage]``) gives every row of this verdict-mixed group 0, for
+    the entries where that can happen (``ZERO_ON_MIXED``; False for the others, whose verdict filter suffices):
+    such a group trains nothing, so dynamic sampling drops it as it drops an all-equal one. E.g. passk with k = 4
+    over 8 responses: 1 wrong gives 0 everywhere (every 4-subset holds a correct response), 5 wrong do not."""
+    if cfg.advantage not in ZERO_ON_MIXED:
+        return False
+    rewards = torch.tensor([r.reward for r in group], dtype=torch.float32)
+    adv = ADVANTAGES[cfg.advantage](rewards, torch.zeros(len(group), dtype=torch.long), **adv_kwargs(cfg))
+    return bool((adv == 0).all())
 
 
 def filter_ungraded(cfg: Config, rows: list[Rollout]) -> tuple[list[Rollout], int]:
@@ -130,10 +147,10 @@ def round_prompts(need: int, *, oversample: float, keep_rate: float, confidence:
 
 def _judge(cfg: Config, group: list[Rollout]) -> str:
     """What dynamic sampling does with a group: ``ungraded`` (left out: ``filter_ungraded``), ``dropped`` (its
-    verdicts are all equal: ``filter_groups``) or ``informative``."""
+    verdicts are all equal: ``filter_groups``; or its advantages are: ``zero_advantage``) or ``informative``."""
     if filter_ungraded(cfg, group)[1]:
         return "ungraded"
-    return "dropped" if filter_groups(group)[1] else "informative"
+    return "dropped" if filter_groups(group)[1] or zero_advantage(cfg, group) else "informative"
 
 
 def collect_step(builder: RolloutBuilder, cfg: Config, step: int) -> StepRows:

@@ -5,7 +5,8 @@
 
 config -> distributed init -> data -> model -> rollout engine -> loop (sample, reward, advantage, loss, step,
 log, checkpoint). Everything is vanilla DAPO (clip-higher, token-mean over the global token count, dynamic
-sampling, optional overlong shaping and mini-batching) except these departures, each behind one config field:
+sampling, optional overlong shaping and mini-batching, and verl's dual clip of negative-advantage tokens at
+``clip_ratio_c`` = 10, its DAPO recipe's value) except these departures, each behind one config field:
 
 * ``algorithm=seeds`` (Thinking Seeds, the paper's method): ``trainer/algos/seeds.py`` plus
   ``RolloutBuilder._refresh/_seeded/_cut_and_continue`` in ``trainer/rollout.py``. Every
@@ -17,7 +18,8 @@ sampling, optional overlong shaping and mini-batching) except these departures, 
 * ``algorithm=luffy``: groups mix G-1 on-policy samples with 1 off-policy trace (``off_policy_key`` column);
   off-policy tokens use f(pi) = pi/(pi+gamma) (``trainer/algos/luffy.py``), on-policy tokens are unclipped.
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
-  mask and no epsilon-clip (``trainer/algos/m2po.py``); the denominator counts all tokens. Dynamic sampling does not
+  mask and no epsilon-clip (``m2po_variant=paper``, the paper's Algorithm 1; ``released``: the authors' code's cap
+  on log r and clip at [e^-tau, e^tau], ``trainer/algos/m2po.py``); the denominator counts all tokens. Dynamic sampling does not
   refill its stale batch with fresh groups (``refill``, docs/recipes.md); Thinking Seeds' seeded steps refill with
   fresh on-policy prompts unless ``refill=none``.
 * ``algorithm=clip_cov`` / ``kl_cov`` (Cui et al. 2025, arXiv:2505.22617; ``trainer/algos/cov.py``): the tokens of
@@ -69,6 +71,7 @@ from transformers.utils import logging as hf_logging
 from contracts.commands import EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, debug, failure_line
 from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
+from contracts.locks import LockHeld
 from contracts.records import rollout_path, write_rollouts
 from inference import make_sampler, resolve_engine
 from inference.flat import BACKENDS as FLAT_BACKENDS, unsupported_reason
@@ -98,10 +101,21 @@ from trainer.warmup import warm_start
 def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on_step=None) -> Path:
     """Run (or resume) the training run ``cfg`` describes; returns its run directory.
 
+    One trainer writes a run folder at a time: rank 0 holds its lock for the whole run (``trainer.checkpoint.
+    run_lock``), and a second launch on the same folder is refused on every rank (``contracts.locks.LockHeld``)
+    before anything is written. A run already at ``total_steps`` is said so on stderr, and nothing is loaded or
+    written.
+
     Library callers (benchmarks, tests) may pass ``policy_builder`` in place of ``trainer.policy.build_policy``
     (``(model_name, *, dtype, seed) -> (model, tokenizer)``; e.g. a model built from a config), ``sampler_builder``
     in place of ``inference.make_sampler``, and ``on_step(metrics)``, called on rank 0 once a step's metrics are
     written."""
+    with ckpt.run_lock(cfg.run_dir, d):   # before anything is written; released when the run ends, however it ends
+        return _train(cfg, d, policy_builder=policy_builder, sampler_builder=sampler_builder, on_step=on_step)
+
+
+def _train(cfg: Config, d: Dist, *, policy_builder, sampler_builder, on_step) -> Path:
+    """``train`` under the run folder's lock."""
     hf_logging.disable_progress_bar()  # weight loading/saving bars would drown the training progress bar
     torch.manual_seed(cfg.seed)
     if cfg.deterministic:
@@ -110,6 +124,11 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
     ckpt.check_shared_run_dir(run_dir, d)   # before any expensive work: all ranks write and resume from it
     # a resume must not rewrite the record: changed training settings are refused (trainer/history.py)
     history.check_resume(run_dir, cfg, resuming=ckpt.find_resume_checkpoint(run_dir, cfg.resume) is not None)
+    finished = ckpt.already_trained(run_dir, cfg, d)
+    if finished is not None:   # a finished run relaunched: no model is loaded to train no step, nothing recorded
+        if d.is_main:
+            print(finished, file=sys.stderr)
+        return run_dir
     examples = load_examples(cfg)
     # validation's benchmarks (trainer/validate.py): read before the model, so missing data stops the run first
     val_plan = load_plan(cfg) if validation_on(cfg) else []
@@ -341,6 +360,10 @@ def launch(argv: list[str] | None = None) -> int:
     where = f" (rank {d.rank})" if d.enabled else ""
     try:
         run_dir = train(cfg, d)
+    except LockHeld as exc:   # another process writes this run folder: bad input, said once (rank 0 names it)
+        if d.is_main:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (ckpt.CheckpointError, ModelSourceError, history.ResumeChanged, ValidationError) as exc:   # bad input
         # (checkpoint, run directory, model, a changed resume, validation data): a message, no traceback
         print(f"error{where}: {exc}", file=sys.stderr)

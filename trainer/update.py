@@ -10,7 +10,9 @@ With ``kl_coef > 0`` the loss also holds ``kl_coef`` times the KL penalty to the
 (``trainer.algos.kl_penalty``, reduced over the same tokens and denominator as the policy loss, as verl's
 ``use_kl_loss`` adds ``kl_loss_coef * agg_loss(kld)``): the reference log-probs are one no-grad forward of the
 reference (``score``) per rollout batch, before the first update; ``actor/kl`` is the estimate's token-mean over
-the response tokens of the batch.
+the response tokens of the batch. The entropy bonus (``entropy_coef``) is a token mean over the loss tokens with its
+own step-wide count, whatever ``loss_agg`` is (LUFFY's, beside its sum / max length), and Prefix-RFT's prefix term
+(``seed_prefix_sft_coef``) a token mean over the step's reference-prefix tokens.
 
 ``rollout_correction`` (``trainer.algos.rollout_correction``) corrects the sampler-vs-trainer mismatch on the tokens
 the engine sampled: ``tis`` multiplies each token's policy loss by min(pi_old / pi_sampler, C); the ``mis_*`` modes
@@ -40,8 +42,8 @@ import torch
 from inference.batching import micro_batches
 from trainer.algos import (ADVANTAGES, COV_ALGORITHMS, LOSSES, MASKING_CORRECTIONS, MISMATCH_SUMS, TokenBatch,
                            clip_cov_mask, clipped_policy_loss, high_entropy_mask, kl_cov_mask, kl_penalty,
-                           loss_denominator, loss_mask, m2po_mask, reduce_loss, rollout_keep, rollout_mismatch_metrics,
-                           rollout_mismatch_sums, rollout_weights)
+                           loss_denominator, loss_mask, m2po_log_ratio_cap, m2po_mask, reduce_loss, rollout_keep,
+                           rollout_mismatch_metrics, rollout_mismatch_sums, rollout_weights, seed_token_mask)
 from trainer.config import Config, adv_kwargs, loss_kwargs
 from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm, reshard
 from trainer.policy import _DTYPES, response_logprobs, score, use_flat
@@ -88,7 +90,8 @@ def _stack(rows: list[Rollout], values: list[list[float]] | None, R: int, fill=m
     return out
 
 
-def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None, cov_selected=None) -> TokenBatch:
+def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None, cov_selected=None,
+                log_ratio_cap: float | None = None) -> TokenBatch:
     """The tensors of a micro-batch's rows that the policy losses read (``trainer.algos.TokenBatch``)."""
     dev, R = logp.device, logp.shape[1]
     return TokenBatch(
@@ -99,7 +102,12 @@ def token_batch(rows: list[Rollout], logp, old_logp, resp_mask, keep=None, cov_s
         off_policy=torch.tensor([r.off_policy for r in rows], dtype=torch.bool, device=dev),
         keep=keep,
         cov_selected=cov_selected,
+        log_ratio_cap=None if log_ratio_cap is None else torch.tensor(log_ratio_cap, dtype=torch.float64),
     )
+
+
+def _seed_lens(rows: list[Rollout]) -> torch.Tensor:  # [n] long
+    return torch.tensor([r.seed_len for r in rows], dtype=torch.long)
 
 
 def _response_mask(rows: list[Rollout]) -> torch.Tensor:  # [n, longest response] bool
@@ -224,13 +232,15 @@ def selection_metrics(cfg: Config, counts: list[dict[str, float]]) -> dict:
 
 def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
                        old: dict | None = None, keep: dict | None = None, ref: dict | None = None,
-                       entropy_kept: dict | None = None, cov: dict | None = None) -> MiniBatchResult:
+                       entropy_kept: dict | None = None, cov: dict | None = None,
+                       m2po_cap: float | None = None) -> MiniBatchResult:
     """Accumulate the gradient of one mini-batch (every rank holds all its rows and trains a strided shard).
 
     The loss is ``LOSSES[cfg.algorithm]`` reduced by ``reduce_loss`` over the denominator of the whole mini-batch
     (all micro-batches and ranks), so neither the micro-batch split nor the world size changes the gradient.
     ``old``/``keep``: per-row old log-probs and M2PO keep masks computed before the first update (keyed by
-    ``row_key``); ``ref``: per-row log-probs of the KL penalty's reference policy (needed when ``cfg.kl_coef > 0``);
+    ``row_key``); ``m2po_cap``: the released M2PO's |log r| bound over the mini-batch (``m2po_log_ratio_caps``);
+    ``ref``: per-row log-probs of the KL penalty's reference policy (needed when ``cfg.kl_coef > 0``);
     ``entropy_kept``: the high-entropy mask's kept tokens (``entropy_keep_masks``; needed under
     ``token_mask=high_entropy``); ``cov``: Clip-Cov's / KL-Cov's selected tokens (``cov_masks``; needed then).
     A rank with fewer micro-batches than the others runs dummy ones (loss times 0) so every rank calls the same
@@ -243,7 +253,14 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
     assert cfg.algorithm not in COV_ALGORITHMS or cov is not None, \
         f"algorithm={cfg.algorithm} needs the selected tokens of the mini-batch (cov=cov_masks(...))"
     kept = rollout_keep_masks(cfg, rows, old)   # mis_*: the tokens masked IS keeps, before the first backward
-    denom = loss_denominator(rows_loss_mask(cfg, rows, kept, entropy_kept), mode=agg, max_len=cfg.max_response_tokens)
+    step_mask = rows_loss_mask(cfg, rows, kept, entropy_kept)
+    denom = loss_denominator(step_mask, mode=agg, max_len=cfg.max_response_tokens)
+    # the entropy bonus is a token mean over the loss tokens whatever loss_agg is (LUFFY's mix_actor.py:
+    # masked_mean(entropy, response_mask) beside a policy loss summed over tokens / max length), so its own
+    # denominator: the step's loss-token count (= denom under token-mean)
+    ent_denom = loss_denominator(step_mask, mode="token-mean")
+    if cfg.seed_prefix_sft_coef:   # Prefix-RFT's supervised term: a token mean over the step's reference-prefix tokens
+        prefix_denom = loss_denominator(seed_token_mask(_response_mask(rows), _seed_lens(rows)), mode="token-mean")
     policy_loss, hyper = LOSSES[cfg.algorithm], loss_kwargs(cfg)
     forward = "flat" if use_flat(model, cfg.train_forward) else "model"
     split, n_mbs = micro_batches([(len(r.prompt_ids), len(r.response_ids)) for r in rows], rows=cfg.micro_batch_size,
@@ -260,7 +277,8 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         R = logp.shape[1]
         old_logp = logp.detach() if old is None else _stack(mb, [old[row_key(r)] for r in mb], R, 0.0).to(logp.device)
         keep_t = None if keep is None else _stack(mb, [keep[row_key(r)] for r in mb], R, 0.0).to(logp.device).bool()
-        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t, _mask_of(mb, cov, R, logp.device, fill=False))
+        batch = token_batch(mb, logp, old_logp, resp_mask, keep_t, _mask_of(mb, cov, R, logp.device, fill=False),
+                            m2po_cap)
         mask = loss_mask(resp_mask, batch.seed_lens, seed_loss=cfg.seed_loss,
                          rollout_keep=_mask_of(mb, kept, R, logp.device),
                          entropy_keep=_mask_of(mb, entropy_kept, R, logp.device))
@@ -269,8 +287,12 @@ def backward_minibatch(model, cfg: Config, rows: list[Rollout], d: Dist, *, pad_
         weight = rollout_weights(old_logp, _stack(mb, [r.sampler_logp for r in mb], R).to(logp.device), resp_mask,
                                  mode=cfg.rollout_correction, cap=cfg.rollout_correction_cap)
         loss = reduce_loss(loss_mat * weight, mask, mode=agg, denominator=denom)
-        if cfg.entropy_coef:  # the bonus: a token sum over response tokens, over the same denominator
-            loss = loss - cfg.entropy_coef * reduce_loss(ent, resp_mask, mode="token-mean", denominator=denom)
+        if cfg.entropy_coef:  # the bonus: a token mean over the step's loss tokens (seeds "state": continuations)
+            loss = loss - cfg.entropy_coef * reduce_loss(ent, mask, mode="token-mean", denominator=ent_denom)
+        if cfg.seed_prefix_sft_coef:  # + coef * NLL of the reference prefix (seed_source=external: seeds are its cuts)
+            prefix = seed_token_mask(resp_mask, batch.seed_lens)
+            loss = loss + cfg.seed_prefix_sft_coef * reduce_loss(-logp, prefix, mode="token-mean",
+                                                                 denominator=prefix_denom)
         kl = None
         if cfg.kl_coef:  # the penalty: over the policy loss's tokens and denominator (padding: x = 0 there)
             ref_logp = _stack(mb, [ref[row_key(r)] for r in mb], R, 0.0).to(logp.device)
@@ -314,17 +336,34 @@ def uses_m2po_mask(cfg: Config) -> bool:
     return cfg.algorithm == "m2po" or (cfg.algorithm == "seeds" and cfg.seed_stale_loss == "m2po")
 
 
-def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
-    """M2PO's trust-region mask over the whole mini-batch, from log-probs taken before the update."""
-    if not uses_m2po_mask(cfg):
-        return None
+def _m2po_inputs(rows: list[Rollout], old: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log pi before the update, log pi_behavior (0 where none), advantages and the tokens that have a behavior
+    log-prob, of every row of the mini-batch: what M2PO's step-level mask and cap read."""
     R = max(len(r.response_ids) for r in rows)
     logp = _stack(rows, [old[row_key(r)] for r in rows], R, 0.0)  # [n, R]
     behavior = _stack(rows, [r.behavior_logp for r in rows], R)  # [n, R], NaN where there is no behavior log-prob
-    valid = ~torch.isnan(behavior)
     adv = torch.tensor([r.advantage for r in rows])
-    keep = m2po_mask(logp, behavior.nan_to_num(0.0), adv, valid, tau=cfg.m2po_tau)
+    return logp, behavior.nan_to_num(0.0), adv, ~torch.isnan(behavior)
+
+
+def m2po_keep_masks(cfg: Config, rows: list[Rollout], old: dict) -> dict | None:
+    """M2PO's trust-region mask over the whole mini-batch, from log-probs taken before the update (variant "paper";
+    None otherwise)."""
+    if not uses_m2po_mask(cfg) or cfg.m2po_variant != "paper":
+        return None
+    logp, behavior, adv, valid = _m2po_inputs(rows, old)
+    keep = m2po_mask(logp, behavior, adv, valid, tau=cfg.m2po_tau)
     return {row_key(r): keep[i, : len(r.response_ids)].float().tolist() for i, r in enumerate(rows)}
+
+
+def m2po_log_ratio_caps(cfg: Config, rows: list[Rollout], old: dict) -> float | None:
+    """The released M2PO's |log r| bound over the whole mini-batch (``trainer.algos.m2po_log_ratio_cap``), from
+    log-probs taken before the update (variant "released"; None otherwise). The authors' code solves it per
+    micro-batch; one value per mini-batch keeps the gradient independent of the split."""
+    if not uses_m2po_mask(cfg) or cfg.m2po_variant != "released":
+        return None
+    logp, behavior, adv, valid = _m2po_inputs(rows, old)
+    return m2po_log_ratio_cap(logp, behavior, adv, valid, tau=cfg.m2po_tau)
 
 
 def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
@@ -357,6 +396,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     for i, mini in enumerate(minis):
         optimizer.zero_grad(set_to_none=True)
         keep = m2po_keep_masks(cfg, mini, old) if old is not None else None
+        cap = m2po_log_ratio_caps(cfg, mini, old) if old is not None else None
         ent_kept = cov = None
         if needs_scores(cfg):   # the current policy at this mini-batch's start: pi_old's forward for the first one
             cur, ent = scores if i == 0 else _scores(model, cfg, mini, d, pad_id)
@@ -364,7 +404,7 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
             cov = cov_masks(cfg, mini, cur, old, ent_kept, draw=cfg.seed * 1_000_003 + scheduler.last_epoch * 1_009 + i)
             counts.append(selection_counts(cfg, mini, old, ent_kept, cov, ent))
         loss, rec = backward_minibatch(model, cfg, mini, d, pad_id=pad_id, old=old, keep=keep, ref=ref,
-                                       entropy_kept=ent_kept, cov=cov)
+                                       entropy_kept=ent_kept, cov=cov, m2po_cap=cap)
         norms.append(float(clip_grad_norm(model, cfg.max_grad_norm)))
         optimizer.step()
         losses.append(loss)

@@ -99,10 +99,18 @@ def test_a_half_width_must_come_from_the_same_cell():
     assert stale(generated, f"{heading}\n\nthe warm-up scored 26.60 %.\n", ())
 
 
-def test_t_quantiles_are_scipys():
-    st = pytest.importorskip("scipy.stats")
-    for df, t in miniature.T975.items():
-        assert t == pytest.approx(st.t.ppf(0.975, df), abs=5e-4), df   # the pages' t = 4.3 / 4.30 are T975[2]
+def test_t_quantiles_have_no_normal_fallback():
+    """t975 is scipy's quantile at every df: the printed table's values to 3 decimals up to 10 (the pages' t = 4.3 /
+    4.30 are t975(2)), and beyond it still a t quantile, above z = 1.96 (the old table fell back to 1.96 past 10
+    degrees of freedom, 11 seeds)."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+             11: 2.201, 20: 2.086, 30: 2.042}
+    for df, t in table.items():
+        assert miniature.t975(df) == pytest.approx(t, abs=5e-4), df
+    assert miniature.t975(1000) > 1.96
+    mean, hw = miniature.t_interval([0.1 * (i % 3) for i in range(12)])   # 12 seeds: df 11, t = 2.201, not 1.96
+    sd = (sum((0.1 * (i % 3) - mean) ** 2 for i in range(12)) / 11) ** 0.5
+    assert hw == pytest.approx(miniature.t975(11) * sd / 12 ** 0.5) and hw > 1.96 * sd / 12 ** 0.5 * 1.12
 
 
 def test_numbers_cited_from_the_previous_page_are_on_it():

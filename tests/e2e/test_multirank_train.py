@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO, TASK_KWARGS
+from tests.helpers.processes import kill_tree
 from contracts.records import read_rollouts
 from trainer.config import load_config
 from trainer.fsdp import Dist
@@ -102,7 +101,7 @@ def test_a_two_rank_run_killed_resumes_on_two_and_on_one_rank(reference_runs):
     deadline = time.monotonic() + 900
     while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc.pid)
     proc.wait()
     assert ckpt.exists(), "the run never checkpointed step 1"
     done = sorted(p.name for p in ckpt.parent.iterdir())

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from trainer.config import load_config
 from trainer.fsdp import init_distributed, shard_model, shutdown
 from inference.tiny import build_model, build_tokenizer

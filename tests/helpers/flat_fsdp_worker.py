@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from inference.flat import unsupported_reason
 from inference.tiny import build_model, build_tokenizer
 from trainer.config import load_config

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from inference.tiny import build_model, build_tokenizer
 from trainer.config import load_config
 from trainer.fsdp import (clip_grad_norm, init_distributed, load_shards, params_on_meta, save_sharded, shard_model,

@@ -12,7 +12,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from inference.tiny import build_model, build_tokenizer
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from trainer.config import load_config
 from trainer.fsdp import init_distributed, shard_model, shutdown
 from trainer.policy import score

@@ -47,18 +47,23 @@ def grads_for(micro_batch_size: int, **cfg_over):
     with M2PO's keep-mask computed over the whole mini-batch from the log-probs before the update."""
     from inference.tiny import build_model, build_tokenizer
     from trainer.policy import score
-    from trainer.update import m2po_keep_masks, uses_m2po_mask
+    from trainer.update import m2po_keep_masks, m2po_log_ratio_caps, uses_m2po_mask
     tok = build_tokenizer()
     model = build_model("1m", tok, seed=3)
     cfg = load_config(None, [f"micro_batch_size={micro_batch_size}", *[f"{k}={v}" for k, v in cfg_over.items()]])
     rows = fixed_rollouts(tok, algorithm=cfg.algorithm)
-    old = keep = None
+    old = keep = cap = None
     if uses_m2po_mask(cfg):
         logp, _ = score(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=tok.pad_token_id,
                         micro_batch_size=64, d=Dist())
         old = {id(r): lp.tolist() for r, lp in zip(rows, logp)}
         keep = m2po_keep_masks(cfg, rows, old)
-        assert 0 < sum(x for v in keep.values() for x in v) < sum(len(v) for v in keep.values())  # M2PO drops some
-    total, records = backward_minibatch(model, cfg, rows, Dist(), pad_id=tok.pad_token_id, old=old, keep=keep)
+        cap = m2po_log_ratio_caps(cfg, rows, old)
+        if keep is not None:
+            assert 0 < sum(x for v in keep.values() for x in v) < sum(len(v) for v in keep.values())  # M2PO drops some
+        else:
+            assert 0 < cap < 20   # the released clip binds somewhere
+    total, records = backward_minibatch(model, cfg, rows, Dist(), pad_id=tok.pad_token_id, old=old, keep=keep,
+                                        m2po_cap=cap)
     assert len(records) == len(rows)
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, total

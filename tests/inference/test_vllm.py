@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import kill_tree
+
 HERE = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -128,7 +130,7 @@ def _torchrun(tmp_path, out: Path, policy: Path, steps: int = 4) -> list[str]:
             "-m", "trainer.train", "--config", str(HERE.parent / "trainer/configs/tiny.yaml"), f"model={policy}",
             "sft_steps=0", "engine=vllm", "lr=1e-3", f"total_steps={steps}", "prompts_per_step=8",
             "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",
-            "save_every=2", f"output_dir={out}", "progress=false"]
+            "save_every=1", f"output_dir={out}", "progress=false"]
 
 
 def _metrics(out: Path) -> list[dict]:
@@ -139,7 +141,6 @@ def test_two_ranks_with_vllm_train_checkpoint_kill_and_resume(tmp_path, sft_poli
     """One engine per rank (external_launcher, gloo): the run is killed once its first checkpoint is written
     and resumed; the resumed steps equal an uninterrupted run's."""
     import os
-    import signal
     import time
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent))
     full = tmp_path / "full"
@@ -153,13 +154,14 @@ def test_two_ranks_with_vllm_train_checkpoint_kill_and_resume(tmp_path, sft_poli
     cut = tmp_path / "cut"
     proc = subprocess.Popen(_torchrun(tmp_path, cut, sft_policy_dir), cwd=HERE.parent, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    ckpt = cut / "tiny" / "checkpoints" / "step_000001"
+    ckpt = cut / "tiny" / "checkpoints" / "step_000000"   # the first: three steps left to kill the run in
     deadline = time.monotonic() + 600
     while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ckpt.exists(), "the first checkpoint never appeared"
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc.pid)
     proc.wait()
+    assert not (cut / "tiny" / "checkpoints" / "step_000003").exists(), "the run finished before it was killed"
     res = subprocess.run(_torchrun(tmp_path, cut, sft_policy_dir), cwd=HERE.parent, env=env, capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -19,7 +19,7 @@ from scoring.benchmarks import livecodebench as lcb
 from scoring.code import CodeTest, extract_code, grade_code, stdout_matches
 from scoring.sandbox import isolation, run_many, run_program
 from scoring.templates import SYSTEM_PROMPT, render_prompt
-from tests.helpers.code import LCB_SOLUTIONS
+from tests.helpers.lcb_solutions import LCB_SOLUTIONS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lcb"
 HUMANEVAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "code" / "humaneval" / "HumanEval.jsonl.gz"

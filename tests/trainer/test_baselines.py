@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from trainer.algos import (ADVANTAGES, LOSSES, TokenBatch, clip_cov_mask, clipped_policy_loss, group_advantages,
                            high_entropy_count, high_entropy_mask, kl_cov_mask, loss_denominator, loss_mask,
                            max_advantages, passk_advantages, reduce_loss, token_covariance, w_reinforce_advantages)

@@ -133,7 +133,7 @@ def test_rollout_rows_as_tensors_send_fewer_bytes_than_a_pickle():
 def test_the_wait_after_a_long_generation_outlasts_the_process_groups_timeout(tmp_path):
     import json
 
-    from collectives_worker import LONG_S, PG_TIMEOUT_S
+    from tests.helpers.collectives_worker import LONG_S, PG_TIMEOUT_S
     _two_ranks("collectives_worker.py", str(tmp_path), "patient")
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     # the process group keeps its short timeout; the patient group waits THINKING_SEEDS_GENERATION_TIMEOUT_MIN=1

@@ -13,8 +13,8 @@ PRESETS = sorted((REPO / "trainer" / "configs").glob("*.yaml"))
 
 
 def test_overrides_are_typed():
-    cfg = load_config(None, ["total_steps=7", "lr=3e-4", "dynamic_sampling=false", "clip_c=3", "task_kwargs={max_digits: 4}"])
-    assert (cfg.total_steps, cfg.lr, cfg.dynamic_sampling, cfg.clip_c) == (7, 3e-4, False, 3.0)
+    cfg = load_config(None, ["total_steps=7", "lr=3e-4", "dynamic_sampling=false", "clip_ratio_c=3", "task_kwargs={max_digits: 4}"])
+    assert (cfg.total_steps, cfg.lr, cfg.dynamic_sampling, cfg.clip_ratio_c) == (7, 3e-4, False, 3.0)
     assert cfg.task_kwargs == {"max_digits": 4}
 
 
@@ -32,11 +32,34 @@ def test_overrides_are_typed():
     (["train_forward=packed"], "config field 'train_forward' must be one of auto, flat, model; got 'packed'"),
     (["rollout_batch_size=0"], "rollout_batch_size must be >= 1, got 0"),
     (["sft_steps=10", "sft_stop_loss=-0.1"], "sft_stop_loss must be >= 0 (0: no early stop), got -0.1"),
+    (["clip_ratio_c=1"], "clip_ratio_c (the dual clip) must be 0 (off) or > 1"),
+    (["clip_ratio_c=0.5"], "clip_ratio_c (the dual clip) must be 0 (off) or > 1"),
+    (["algorithm=m2po", "m2po_variant=authors"], "config field 'm2po_variant' must be one of paper, released"),
+    (["algorithm=seeds", "seed_rule=adaptive", "seed_adaptive_discount=0"], "seed_adaptive_discount must lie in (0, 1]"),
+    (["algorithm=seeds", "seed_adaptive_discount=1.5"], "seed_adaptive_discount must lie in (0, 1]"),
+    (["seed_prefix_sft_coef=0.1"], "seed_prefix_sft_coef=0.1 trains the reference trace's prefix"),
+    (["algorithm=seeds", "seed_source=external", "seed_loss=state", "seed_prefix_sft_coef=-1"],
+     "seed_prefix_sft_coef must be >= 0"),
 ])
 def test_bad_configs_name_the_field(override, needle):
     with pytest.raises(ConfigError) as err:
         load_config(None, override)
     assert needle in str(err.value)
+
+
+def test_the_baselines_defaults_and_what_the_paper_presets_set():
+    """The dual clip is on by default at verl's DAPO recipe's 10 and every paper preset says so; M2PO's presets run the
+    paper's variant; the adaptive cut forgets at 0.9 per step; the prefix SFT term is off."""
+    cfg = load_config(None, [])
+    assert (cfg.clip_ratio_c, cfg.m2po_variant, cfg.seed_adaptive_discount, cfg.seed_prefix_sft_coef) == \
+        (10.0, "paper", 0.9, 0.0)
+    assert load_config(None, ["clip_ratio_c=0"]).clip_ratio_c == 0.0
+    for preset in PAPER_PRESETS:
+        assert "clip_ratio_c: 10.0" in preset.read_text(), preset.stem
+        c = load_config(preset)
+        assert c.clip_ratio_c == 10.0
+        if c.algorithm == "m2po":
+            assert c.m2po_variant == "paper" and "m2po_variant: paper" in preset.read_text()
 
 
 def test_world_size_division():

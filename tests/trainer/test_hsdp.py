@@ -48,7 +48,7 @@ def test_hsdp_gradient_equals_one_process_and_its_checkpoint_loads_on_one(tmp_pa
     gradient of the fixed batch and its norm equal one process's within 1e-5 (the all-reduce across replicas sums,
     as the reduce-scatter does: the loss is already divided by the global token count); the DCP checkpoint written
     on the mesh loads on one process with the same weights and AdamW moments, bit for bit."""
-    from tests.helpers.trainer import grads_for
+    from tests.helpers.rollouts import grads_for
     from inference.tiny import build_model, build_tokenizer
     from trainer.fsdp import Dist, load_sharded
     tok = build_tokenizer()

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from tests.conftest import REPO, TASK_KWARGS
 from tests.helpers.processes import free_port
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from trainer.config import ConfigError, load_config
 from trainer.fsdp import Dist, compute_dtype, shard_model
 from trainer.update import make_optimizer, make_scheduler, update

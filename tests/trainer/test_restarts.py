@@ -81,6 +81,27 @@ def test_counts_leave_ungraded_continuations_out():
     assert arm_means(stats)["wrong"] == [0.5, 0.5] and arm_means(stats)["correct"] == [0.5, 2 / 3]
 
 
+def test_the_discount_forgets_old_outcomes():
+    """seed_adaptive_discount: every count times γ before the step's outcomes are added. By hand at γ = 0.5:
+    step 1 (arm 0, wrong sources): 3 wins, 1 loss -> wins [3, 0], losses [1, 0]; (arm 1, a correct source): 1 win
+    step 2 (arm 0): 0 wins, 2 losses -> wins [1.5, 0], losses [0.5 + 2, 0] = [2.5, 0]; the posterior mean
+    (1 + 1.5) / (2 + 4) = 5/12 (undiscounted: (1 + 3) / (2 + 6) = 0.5). Arms and verdicts with no new outcome decay too;
+    γ = 1 is the plain count; γ outside (0, 1] is refused."""
+    stats = new_arm_stats(2)
+    update_arm_stats(stats, [0, 0, 0, 0, 1], [False] * 4 + [True], [True, True, True, False, True], discount=0.5)
+    assert stats["wrong"] == {"wins": [3, 0], "losses": [1, 0]} and stats["correct"] == {"wins": [0, 1], "losses": [0, 0]}
+    update_arm_stats(stats, [0, 0], [False, False], [False, False], discount=0.5)
+    assert stats["wrong"] == {"wins": [1.5, 0], "losses": [2.5, 0]}
+    assert stats["correct"] == {"wins": [0, 0.5], "losses": [0, 0]}
+    assert arm_means(stats)["wrong"][0] == pytest.approx(5 / 12)
+    plain = new_arm_stats(2)
+    for outcomes in ([True, True, True, False], [False, False]):
+        update_arm_stats(plain, [0] * len(outcomes), [False] * len(outcomes), outcomes, discount=1.0)
+    assert plain["wrong"] == {"wins": [3, 0], "losses": [3, 0]} and arm_means(plain)["wrong"][0] == 0.5
+    with pytest.raises(AssertionError, match="discount"):
+        update_arm_stats(plain, [0], [False], [True], discount=0.0)
+
+
 # ------------------------------------------------------------------------------------------------- config
 def test_the_presets_are_what_their_comments_say():
     got = {p: (c.seed_source, c.seed_trigger, c.seed_rule, c.seed_loss)

@@ -22,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers.trainer import fixed_rollouts
+from tests.helpers.rollouts import fixed_rollouts
 from trainer.algos import (LOSSES, loss_denominator, loss_mask, reduce_loss, rollout_keep, rollout_log_ratio,
                            rollout_mismatch_metrics, rollout_mismatch_sums, rollout_weights)
 from trainer.config import load_config, loss_kwargs

@@ -6,6 +6,8 @@
   last one go back to the cursor: for verdicts fixed per prompt, oversampling trains the same prompts and leaves
   the cursor where ``oversample=1`` (one prompt per missing group) leaves it, in fewer rounds.
 * At a 50 % keep rate the default averages at most 0.5 extra rounds per step; ``oversample=1`` 2 to 5.
+* Under advantage=passk / grpo_passk a verdict-mixed group whose advantages are all 0 is dropped too (hand
+  values of Pass@k Training's advantage).
 * A tiny CPU run (a fresh tiny model, a grader that makes about half the groups verdict-mixed): the rounds, the
   metrics, the trained groups are the mixed ones, and a resumed run reproduces the uninterrupted one.
 """
@@ -27,7 +29,8 @@ from trainer.config import ConfigError, load_config
 from trainer.data import PromptLoader
 from trainer.fsdp import Dist
 from trainer.rollout import Rollout, fresh_first_round
-from trainer.sampling import binomial_tail, collect_step, keep_rate, round_prompts, update_keep_counts
+from trainer.sampling import (binomial_tail, collect_step, keep_rate, round_prompts, update_keep_counts,
+                              zero_advantage)
 
 
 # ---------------------------------------------------------------------------------------------- round sizes
@@ -62,6 +65,39 @@ def test_oversample_is_zero_or_at_least_one():
     assert load_config(None, ["oversample=3"]).oversample == 3.0
     with pytest.raises(ConfigError, match="oversample must be 0 .auto"):
         load_config(None, ["oversample=0.5"])
+
+
+# ---------------------------------------------------------------------------------------------- zero advantages
+def _group(n_correct: int, n: int = 8) -> list[Rollout]:
+    return [Rollout(example_idx=0, prompt_id="p", group=0, sample_idx=i, prompt_ids=[1], response_ids=[2],
+                    finish_reason="stop", reward=float(i < n_correct), correct=i < n_correct,
+                    verdict="pass" if i < n_correct else "wrong_answer") for i in range(n)]
+
+
+def test_verdict_mixed_groups_with_zero_advantages_are_dropped():
+    """Pass@k Training, k = 4 over G = 8 (R̄ = 1 − C(N_neg, 4) / C(8, 4)): 7 correct / 1 wrong has N_neg = 1 < 4, so
+    R̄ = 1, σ = 0 and every Â = 0 -> dropped; 3 correct / 5 wrong has R̄ = 1 − 5/70 = 13/14 -> kept (Â_correct =
+    (1/14) / sqrt(13/14 · 1/14) ≈ 0.277). verl's grpo_passk: two correct tie at the best (R_max − R_2nd = 0) ->
+    dropped; one correct -> kept. grpo never drops a mixed group (its advantages are non-zero)."""
+    cfg = load_config(None, ["advantage=passk", "passk_k=4", "samples_per_prompt=8"])
+    assert zero_advantage(cfg, _group(7)) and not zero_advantage(cfg, _group(3))
+    assert zero_advantage(cfg, _group(4)) is False          # N_neg = 4 = k: one 4-subset is all wrong
+    cfg = load_config(None, ["advantage=grpo_passk", "samples_per_prompt=8"])
+    assert zero_advantage(cfg, _group(2)) and not zero_advantage(cfg, _group(1))
+    cfg = load_config(None, ["advantage=grpo", "samples_per_prompt=8"])
+    assert not any(zero_advantage(cfg, _group(c)) for c in range(1, 8))
+
+
+def test_passk_dynamic_sampling_keeps_only_groups_with_signal():
+    """collect_step under passk (k = 4, G = 4): the fake builder's "informative" groups hold 1 correct and 3 wrong, so
+    N_neg = 3 < 4 and every Â = 0: none is trained, every one counts as dropped; at k = 2 they all carry signal."""
+    cfg = _cfg(advantage="passk", passk_k=4, max_sampling_rounds=2, oversample=1)
+    out = collect_step(FakeBuilder(cfg, lambda ex, s, r: "informative"), cfg, 0)
+    assert out.kept == [] and out.metrics["sampling/groups_kept"] == 0
+    assert out.metrics["sampling/groups_dropped"] == 2 * cfg.prompts_per_step
+    cfg = _cfg(advantage="passk", passk_k=2, max_sampling_rounds=2, oversample=1)
+    out = collect_step(FakeBuilder(cfg, lambda ex, s, r: "informative"), cfg, 0)
+    assert out.metrics["sampling/groups_kept"] == cfg.prompts_per_step and out.metrics["sampling/extra_rounds"] == 0
 
 
 # ---------------------------------------------------------------------------------------------- the selection

@@ -21,7 +21,7 @@ from contracts.records import ROLLOUT_SCHEMA, read_rollouts
 from trainer.train import train
 from trainer.update import backward_minibatch
 from tests.helpers.processes import free_port
-from tests.helpers.trainer import fixed_rollouts, grads_for
+from tests.helpers.rollouts import fixed_rollouts, grads_for
 
 
 def overrides(out: Path, policy: Path, **extra) -> list[str]:
@@ -140,7 +140,8 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path, sft_polic
 
 
 # Every algorithm's loss goes through one reduction with the mini-batch's denominator: token-mean (DAPO, M2PO over
-# all tokens), seq-mean, LUFFY's sum / max length with its entropy bonus, Thinking Seeds' continuation-token count.
+# all tokens), seq-mean, LUFFY's sum / max length with its entropy bonus (a token mean: its own denominator),
+# Thinking Seeds' continuation-token count, the released M2PO's clip (its cap solved over the mini-batch).
 INVARIANCE_CASES = [
     {"loss_agg": "token-mean"},
     {"loss_agg": "seq-mean-token-mean"},
@@ -149,7 +150,11 @@ INVARIANCE_CASES = [
     {"algorithm": "seeds", "seed_loss": "state"},
     {"algorithm": "seeds", "seed_loss": "state+action", "seed_stale_loss": "m2po", "entropy_coef": 0.01},
     {"algorithm": "luffy", "loss_agg": "token-sum-norm", "entropy_coef": 0.001},
+    {"algorithm": "seeds", "seed_loss": "state", "entropy_coef": 0.01},
     {"algorithm": "m2po"},
+    {"algorithm": "m2po", "m2po_variant": "released"},
+    {"algorithm": "seeds", "seed_stale_loss": "m2po", "m2po_variant": "released"},
+    {"algorithm": "seeds", "seed_source": "external", "seed_loss": "state", "seed_prefix_sft_coef": 0.5},
 ]
 
 
@@ -166,7 +171,8 @@ def test_gradient_invariant_to_micro_batch_size(over):
 
 def test_the_loss_is_the_table_entry_over_the_step_denominator():
     """backward_minibatch's loss for a seeds "state" batch in one micro-batch, recomputed by hand from the pure
-    pieces: the continuation-token count of the batch is the denominator, the entropy bonus shares it."""
+    pieces: the continuation-token count of the batch is the denominator, and the entropy bonus is the token mean
+    over the same continuation tokens (the tokens the loss is a mean of)."""
     from inference.tiny import build_model, build_tokenizer
     from trainer.algos import LOSSES, TokenBatch, seed_loss_mask
     from trainer.policy import response_logprobs
@@ -187,8 +193,66 @@ def test_the_loss_is_the_table_entry_over_the_step_denominator():
     keep = seed_loss_mask(mask, seed_lens, variant="state")
     n_cont = sum(len(r.response_ids) - r.seed_len for r in rows)
     assert int(keep.sum()) == n_cont < int(mask.sum())
-    want = (loss_mat[keep].sum() - 0.01 * ent[mask].sum()) / n_cont
+    want = (loss_mat[keep].sum() - 0.01 * ent[keep].sum()) / n_cont
     assert total == pytest.approx(float(want), abs=1e-5)
+
+
+def test_prefix_sft_term_is_the_reference_prefix_nll_over_its_own_token_count():
+    """seed_source=external with seed_prefix_sft_coef (Prefix-RFT's supervised side): the loss is the state variant's
+    (continuation tokens over their count) plus coef times the mean negative log-likelihood of the prefix (seed)
+    tokens, over the prefix-token count of the step: recomputed from the pure pieces for one micro-batch."""
+    from inference.tiny import build_model, build_tokenizer
+    from trainer.algos import LOSSES, TokenBatch, seed_loss_mask, seed_token_mask
+    from trainer.policy import response_logprobs
+    tok = build_tokenizer()
+    cfg = load_config(None, ["algorithm=seeds", "seed_source=external", "seed_loss=state", "micro_batch_size=64",
+                             "seed_prefix_sft_coef=0.5"])
+    rows = fixed_rollouts(tok, algorithm="seeds")
+    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
+    model = build_model("1m", tok, seed=3)
+    with torch.no_grad():
+        logp, _, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                                          pad_id=tok.pad_token_id, device="cpu", forward="model")
+    R = logp.shape[1]
+    seed_lens = torch.tensor([r.seed_len for r in rows])
+    behavior = torch.tensor([(r.behavior_logp or []) + [math.nan] * (R - len(r.behavior_logp or [])) for r in rows])
+    batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
+                       seed_lens=seed_lens, behavior_logp=behavior)
+    loss_mat, _ = LOSSES["seeds"](batch, clip_low=0.2, clip_high=0.28, clip_ratio_c=10.0)
+    keep, prefix = seed_loss_mask(mask, seed_lens, variant="state"), seed_token_mask(mask, seed_lens)
+    n_prefix = sum(r.seed_len for r in rows)
+    assert int(prefix.sum()) == n_prefix > 0 and not bool((keep & prefix).any())
+    want = loss_mat[keep].sum() / int(keep.sum()) + 0.5 * (-logp[prefix]).sum() / n_prefix
+    assert total == pytest.approx(float(want), abs=1e-5)
+
+
+def test_luffy_entropy_bonus_is_a_token_mean_beside_the_sum_over_max_length():
+    """LUFFY as its authors ran it (ElliottYan/LUFFY luffy/verl/verl/mix_src/mix_actor.py): the policy loss summed
+    over tokens / (responses x max length), the entropy bonus `masked_mean(entropy, response_mask)`. Recomputed from
+    the pure pieces for one micro-batch: loss = Σ ℓ / (N·max_len) − 0.001 · Σ H / Σ m. The fixed rows hold 12
+    responses of 2..13 tokens (sum below) at max_response_tokens = 64: dividing the bonus by N·64 as the policy loss
+    is would make it N·64 / Σ m times weaker."""
+    from inference.tiny import build_model, build_tokenizer
+    from trainer.algos import LOSSES, TokenBatch
+    from trainer.policy import response_logprobs
+    tok = build_tokenizer()
+    cfg = load_config(None, ["algorithm=luffy", "loss_agg=token-sum-norm", "entropy_coef=0.001",
+                             "micro_batch_size=64", "max_response_tokens=64"])
+    rows = fixed_rollouts(tok, algorithm="luffy")
+    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
+    model = build_model("1m", tok, seed=3)
+    with torch.no_grad():
+        logp, ent, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                                            pad_id=tok.pad_token_id, device="cpu", forward="model")
+    batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
+                       off_policy=torch.tensor([r.off_policy for r in rows]))
+    loss_mat, _ = LOSSES["luffy"](batch, gamma=0.1)
+    n_tokens = sum(len(r.response_ids) for r in rows)
+    assert int(mask.sum()) == n_tokens and len(rows) * 64 > 7 * n_tokens   # the two denominators differ > 7x here
+    bonus = ent[mask].sum() / n_tokens
+    want = loss_mat[mask].sum() / (len(rows) * 64) - 0.001 * bonus
+    assert total == pytest.approx(float(want), abs=1e-6)
+    assert float(0.001 * bonus) > 1e-4   # the bonus is not lost in the tolerance
 
 
 @pytest.mark.parametrize("tokens", [40, 90, 10_000])

@@ -11,18 +11,20 @@ The trainer's update is three calls into this package (see `objectives.py` for t
     D = loss_denominator(mask_of_the_whole_step, mode=..., max_len=...)      # once per optimizer step
     loss_mat, stats = LOSSES[algorithm](TokenBatch(...), **hyperparameters)  # per micro-batch, [N, T]
     loss = reduce_loss(loss_mat, mask, mode=..., denominator=D)
+    # entropy_coef > 0: − entropy_coef * reduce_loss(entropy, mask, mode="token-mean", denominator=Σ mask of the step)
     # kl_coef > 0: + kl_coef * reduce_loss(kl_penalty(logp, ref_logp, estimator=...), mask, same mode and D)
     # rollout_correction: loss_mat * rollout_weights(...) (tis); loss_mask(..., rollout_keep=rollout_keep(...)) (mis_*)
     # token_mask=high_entropy: loss_mask(..., entropy_keep=high_entropy_mask(entropy, mask, ratio=...))
     # advantages: ADVANTAGES[advantage](rewards, group_ids, **hyperparameters)                # [N]
 
 The building blocks (`clipped_policy_loss`, `kl_penalty`, `luffy_policy_loss`, `m2po_policy_loss`, `m2po_mask`,
-the seed masks) stay importable for analysis and tests.
+`m2po_log_ratio_cap`, the seed masks) stay importable for analysis and tests.
 """
 
 from trainer.algos.advantages import (
     ADVANTAGE_SCALES,
     ADVANTAGES,
+    ZERO_ON_MIXED,
     AdvScale,
     Advantage,
     group_advantages,
@@ -45,7 +47,7 @@ from trainer.algos.losses import (
     reduce_loss,
 )
 from trainer.algos.luffy import luffy_policy_loss
-from trainer.algos.m2po import m2po_mask, m2po_policy_loss
+from trainer.algos.m2po import M2PO_VARIANTS, M2poVariant, m2po_log_ratio_cap, m2po_mask, m2po_policy_loss
 from trainer.algos.objectives import (
     COV_ALGORITHMS,
     LOSSES,
@@ -106,6 +108,7 @@ __all__ = [
     "COV_ALGORITHMS",
     "KL_ESTIMATORS",
     "LOSSES",
+    "M2PO_VARIANTS",
     "MASKING_CORRECTIONS",
     "MISMATCH_SUMS",
     "ROLLOUT_CORRECTIONS",
@@ -116,6 +119,7 @@ __all__ = [
     "CYCLE_SOURCES",
     "STALE_LOSSES",
     "TOKEN_MASKS",
+    "ZERO_ON_MIXED",
     "AdvScale",
     "Advantage",
     "Algorithm",
@@ -124,6 +128,7 @@ __all__ = [
     "CutBatch",
     "KlEstimator",
     "LossAgg",
+    "M2poVariant",
     "RolloutCorrection",
     "SeedLoss",
     "SeedRule",
@@ -155,6 +160,7 @@ __all__ = [
     "loss_denominator",
     "loss_mask",
     "luffy_policy_loss",
+    "m2po_log_ratio_cap",
     "m2po_mask",
     "m2po_policy_loss",
     "masked_mean",

@@ -197,6 +197,10 @@ def _all_equal(r: Tensor, inverse: Tensor, num_groups: int) -> Tensor:  # [N], [
 
 
 Advantage = Literal["grpo", "passk", "grpo_passk", "w_reinforce"]   # the config's `advantage`: the keys of ADVANTAGES
+# the entries that can give EVERY response of a verdict-mixed group Â = 0, so dynamic sampling reads their advantages
+# (trainer/sampling.py): passk when N_neg < k (every k-subset holds a correct response), grpo_passk when two responses
+# tie at the best reward. grpo gives a mixed group non-zero advantages, w_reinforce every group
+ZERO_ON_MIXED = ("passk", "grpo_passk")
 ADVANTAGES = {
     "grpo": group_advantages,
     "passk": passk_advantages,

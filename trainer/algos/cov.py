@@ -122,17 +122,17 @@ def clip_cov_policy_loss(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: float | None = None,
     ratio: float = 2e-4,
     lb: float = 1.0,
     ub: float = 5.0,
     selected: Tensor | None = None,  # [N, T] bool, `clip_cov_mask` over the mini-batch; None: over this batch
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """Clip-Cov per-token loss: the clipped DAPO loss, times 0 on the selected tokens (verl's `corr`).
+    """Clip-Cov per-token loss: the clipped DAPO loss without the dual clip (verl's `compute_policy_loss_clip_cov`
+    takes max(pg_losses1, pg_losses2) only), times 0 on the selected tokens (verl's `corr`).
 
     stats: the clipped loss's (ratio, clipped_low, clipped_high, dual_clipped) and "cov_selected" [N, T] (the
     tokens set to 0). Reduce with the loss mask: the selected tokens stay in the denominator."""
-    loss, stats = clipped_policy_loss(logp, old_logp, adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    loss, stats = clipped_policy_loss(logp, old_logp, adv, clip_low=clip_low, clip_high=clip_high)
     if selected is None:
         selected = clip_cov_mask(logp, adv, mask, ratio=ratio, lb=lb, ub=ub,
                                  clipped=stats["clipped_low"] | stats["clipped_high"],

@@ -6,8 +6,15 @@ docs/method.md "DAPO, the on-policy base":
     ℓ_{i,t} = −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â) = max(−Â r, −Â clip(r, 1−ε_low, 1+ε_high))
     L = Σ_i Σ_t ℓ_{i,t} / Σ_i |o_i|          (token-mean, global token count of the optimizer step)
 
-with clip-higher ε_low = 0.2, ε_high = 0.28 (Yu et al. 2025). The optional dual clip (Ye et al. 2020, verl's
-`clip_ratio_c`) bounds the loss of negative-advantage tokens by −Â·c.
+with clip-higher ε_low = 0.2, ε_high = 0.28 (Yu et al. 2025). The dual clip (Ye et al. 2020, "Mastering Complex
+Control in MOBA Games with Deep RL", arXiv:1912.09729; verl's `clip_ratio_c`) caps the loss of a negative-advantage
+token at −Â·c, c > 1, as verl's `compute_policy_loss` (verl/trainer/ppo/core_algos.py) applies it:
+
+    ℓ = min(ℓ, −Â·c)   where Â < 0                     (c = 3 in verl's actor config, 10 in its DAPO recipe)
+
+For Â < 0 the clipped loss −Â·max(r, 1−ε_low) grows without bound in r; the dual clip stops it at r = c (gradient
+zero beyond), which matters where r is far from 1: Thinking Seeds' seed tokens, whose r = π_θ / π_b is up to T − 1
+steps stale.
 """
 
 from __future__ import annotations
@@ -49,11 +56,13 @@ def clipped_policy_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
-    clip_c: float | None = None,
+    clip_ratio_c: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
     """Per-token DAPO loss ℓ = max(−A·r, −A·clip(r, 1−clip_low, 1+clip_high)), docs/method.md (DAPO).
 
-    With `clip_c` (> 1) the dual clip applies to A < 0: ℓ = min(ℓ, −A·clip_c).
+    With `clip_ratio_c` > 1 the dual clip applies to A < 0: ℓ = min(ℓ, −A·clip_ratio_c) (verl's
+    `compute_policy_loss`: `torch.where(advantages < 0, torch.min(-advantages * clip_ratio_c, clip_pg_losses1),
+    clip_pg_losses1)`); 0 turns it off.
     Positions outside the response mask are computed like any other; the caller masks them in `reduce_loss`
     (their logp/old_logp must be finite).
 
@@ -61,11 +70,11 @@ def clipped_policy_loss(
       ratio         r = exp(logp − old_logp)
       clipped_low   the low clip is active:  A < 0 and r < 1 − clip_low  (gradient zero)
       clipped_high  the high clip is active: A > 0 and r > 1 + clip_high (gradient zero)
-      dual_clipped  the dual clip is active: A < 0 and r > clip_c (all False without clip_c)
+      dual_clipped  the dual clip is active: A < 0 and r > clip_ratio_c (all False with clip_ratio_c = 0)
     Masks are not restricted to the response mask; combine with it before counting.
     """
     assert clip_low >= 0 and clip_high >= 0, f"clip_low={clip_low}, clip_high={clip_high} must be >= 0"
-    assert clip_c is None or clip_c > 1.0, f"dual clip constant clip_c={clip_c} must be > 1"
+    assert clip_ratio_c == 0 or clip_ratio_c > 1.0, f"dual clip clip_ratio_c={clip_ratio_c} must be 0 (off) or > 1"
     adv = broadcast_adv(adv, logp).to(logp.dtype)
     ratio = torch.exp(log_ratio(logp, old_logp))
     loss_unclipped = -adv * ratio
@@ -74,9 +83,9 @@ def clipped_policy_loss(
 
     r = ratio.detach()
     dual_clipped = torch.zeros_like(r, dtype=torch.bool)
-    if clip_c is not None:
-        dual_clipped = (adv < 0) & (r > clip_c)
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_c), loss)
+    if clip_ratio_c:
+        dual_clipped = (adv < 0) & (r > clip_ratio_c)
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_ratio_c), loss)
     stats = {
         "ratio": r,
         "clipped_low": (adv < 0) & (r < 1.0 - clip_low),
@@ -132,7 +141,9 @@ def reduce_loss(
 
     D is the step's `loss_denominator`, not the micro-batch's own count, so summing `reduce_loss` over the
     micro-batches (and ranks) of a step gives the full-batch value and gradient whatever the split. The entropy
-    bonus goes through here too (`mode="token-mean"`: its token sum over the same D).
+    bonus goes through here too, as a token mean whatever the policy loss's mode (`mode="token-mean"` with
+    D = `loss_denominator(mask, mode="token-mean")`, the step's loss-token count: LUFFY's `masked_mean(entropy,
+    response_mask)` beside its sum / max length policy loss, ElliottYan/LUFFY luffy/verl/verl/mix_src/mix_actor.py).
     Masked positions contribute exactly 0 (even if they hold NaN). An empty local batch gives 0.
     """
     _check_mode(mode)

@@ -4,13 +4,17 @@
     loss = reduce_loss(loss_mat, loss_mask(...), mode=..., denominator=...)    # trainer/algos/losses.py
 
     name    per-token loss ℓ_{i,t}                                       hyperparameters
-    dapo    −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â),  r = π_θ / π_old      clip_low, clip_high, clip_c
-    seeds   the same with r = π_θ / π_b on seed tokens t < m_i (Eq. 5);   clip_low, clip_high, clip_c,
-            stale_loss="m2po": M2PO's −Â·r·keep on seed tokens instead       stale_loss, tau
+    dapo    −min(r Â, clip(r, 1−ε_low, 1+ε_high) Â),  r = π_θ / π_old,     clip_low, clip_high, clip_ratio_c
+            capped at −Â·c where Â < 0 (the dual clip, c = clip_ratio_c; 0 = off)
+    seeds   the same with r = π_θ / π_b on seed tokens t < m_i (Eq. 5);   clip_low, clip_high, clip_ratio_c,
+            stale_loss="m2po": M2PO's loss on seed tokens instead            stale_loss, tau, m2po_variant
     luffy   −Â·r on on-policy tokens (no clip), −Â·π/(π+γ) off-policy     gamma
-    m2po    −Â·r·keep,  r = π_θ / π_behavior, keep = M2PO's mask (no clip) tau
-    clip_cov  DAPO's loss, 0 on a random ⌊r·N⌋ of the tokens with        clip_low, clip_high, clip_c,
-            ω_low < Cov < ω_high (Cui et al. 2025, arXiv:2505.22617)    ratio, lb, ub
+    m2po    r = π_θ / π_behavior, no dual clip; variant="paper": −Â·r·keep, tau, variant
+            keep = M2PO's mask (no ε-clip); "released": the clip at
+            [e^−c, e^c], c from the second-moment budget (trainer/algos/m2po.py)
+    clip_cov  DAPO's loss without the dual clip (verl's clip_cov), 0 on    clip_low, clip_high,
+            a random ⌊r·N⌋ of the tokens with ω_low < Cov < ω_high         ratio, lb, ub
+            (Cui et al. 2025, arXiv:2505.22617)
     kl_cov  −Â·r, + β|log r| on the ⌊k·N⌋ tokens of largest Cov        ratio, kl_coef
             (no clip; Cov = (Â − mean Â)(log π_θ − mean log π_θ))
 
@@ -67,6 +71,7 @@ class TokenBatch:
     behavior_logp: Tensor | None = None  # [N, T] log π_b (seeds: seed tokens) / π_behavior (m2po); NaN where none
     off_policy: Tensor | None = None  # [N] bool, LUFFY's external traces
     keep: Tensor | None = None  # [N, T] bool, M2PO's keep-mask over the whole step (None: over this batch)
+    log_ratio_cap: Tensor | None = None  # [] M2PO "released": the clip's |log r| bound over the whole step (None: this batch)
     cov_selected: Tensor | None = None  # [N, T] bool, Clip-Cov's / KL-Cov's tokens of the mini-batch (None: this one)
 
     def need(self, *names: str, algorithm: str) -> None:
@@ -97,10 +102,12 @@ def loss_mask(
 
 
 def dapo_loss(
-    b: TokenBatch, *, clip_low: float, clip_high: float, clip_c: float | None = None
+    b: TokenBatch, *, clip_low: float, clip_high: float, clip_ratio_c: float = 0.0
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """On-policy DAPO: the clipped loss with r = π_θ / π_old (docs/method.md "DAPO, the on-policy base")."""
-    return clipped_policy_loss(b.logp, b.old_logp, b.adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    """On-policy DAPO: the clipped loss with r = π_θ / π_old and verl's dual clip (docs/method.md "DAPO, the
+    on-policy base")."""
+    return clipped_policy_loss(b.logp, b.old_logp, b.adv, clip_low=clip_low, clip_high=clip_high,
+                               clip_ratio_c=clip_ratio_c)
 
 
 def seeds_loss(
@@ -108,25 +115,29 @@ def seeds_loss(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: float | None = None,
+    clip_ratio_c: float = 0.0,
     stale_loss: str = "clip",
     tau: float = 0.04,
+    m2po_variant: str = "paper",
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """Thinking Seeds, paper Eq. 5: the DAPO clipped loss with r = π_θ / π_b on seed tokens (cached behavior
-    log-probs) and r = π_θ / π_old on continuation tokens.
+    """Thinking Seeds, paper Eq. 5: the DAPO clipped loss (with the dual clip `clip_ratio_c`) with r = π_θ / π_b
+    on seed tokens (cached behavior log-probs) and r = π_θ / π_old on continuation tokens.
 
-    stale_loss="m2po": seed tokens take M2PO's −Â·π_θ/π_b on the tokens its keep-mask keeps (`b.keep`, computed
-    over the whole step; None: over this batch's seed tokens with `tau`) and 0 on dropped ones; "clip" is the
-    paper's setting. stats are the clipped loss's (ratio = π_θ / π_b on seed tokens).
+    stale_loss="m2po": seed tokens take M2PO's loss of `m2po_variant` instead (`m2po_policy_loss` over the seed
+    tokens: "paper" −Â·π_θ/π_b on the tokens its keep-mask `b.keep` keeps and 0 on dropped ones; "released" its
+    clip at `b.log_ratio_cap`; both over the whole step, None: over this batch's seed tokens with `tau`); "clip" is
+    the paper's setting. stats are the clipped loss's (ratio = π_θ / π_b on seed tokens).
     """
     assert stale_loss in STALE_LOSSES, f"stale_loss must be one of {STALE_LOSSES}, got {stale_loss!r}"
     b.need("seed_lens", "behavior_logp", algorithm="seeds")
     behavior = b.behavior_logp.nan_to_num(0.0)  # only seed positions are read
     denom = seed_old_logp(b.old_logp, behavior, b.seed_lens)
-    loss, stats = clipped_policy_loss(b.logp, denom, b.adv, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    loss, stats = clipped_policy_loss(b.logp, denom, b.adv, clip_low=clip_low, clip_high=clip_high,
+                                      clip_ratio_c=clip_ratio_c)
     if stale_loss == "m2po":
         seed = seed_token_mask(b.response_mask, b.seed_lens)
-        stale, _ = m2po_policy_loss(b.logp, behavior, b.adv, seed, tau=tau, keep=b.keep)
+        stale, _ = m2po_policy_loss(b.logp, behavior, b.adv, seed, tau=tau, variant=m2po_variant, keep=b.keep,
+                                    log_ratio_cap=b.log_ratio_cap)
         loss = torch.where(seed, stale, loss)
     return loss, stats
 
@@ -137,11 +148,15 @@ def luffy_loss(b: TokenBatch, *, gamma: float) -> tuple[Tensor, dict[str, Tensor
     return luffy_policy_loss(b.logp, b.old_logp, b.adv, b.off_policy, gamma=gamma)
 
 
-def m2po_loss(b: TokenBatch, *, tau: float) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
-    """M2PO on stale rows: −Â·π_θ/π_behavior on kept tokens, 0 on dropped ones, no ε-clip
-    (`trainer/algos/m2po.py`). `b.keep` is the mask over the whole step (None: `m2po_mask` over this batch)."""
+def m2po_loss(
+    b: TokenBatch, *, tau: float, variant: str = "paper"
+) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
+    """M2PO on stale rows (`trainer/algos/m2po.py`): variant "paper" −Â·π_θ/π_behavior on kept tokens, 0 on
+    dropped ones, no ε-clip (`b.keep`: the mask over the whole step); "released" the ratio clipped to [e^−c, e^c]
+    (`b.log_ratio_cap`: c over the whole step). None: computed over this batch."""
     b.need("behavior_logp", algorithm="m2po")
-    return m2po_policy_loss(b.logp, b.behavior_logp, b.adv, b.response_mask, tau=tau, keep=b.keep)
+    return m2po_policy_loss(b.logp, b.behavior_logp, b.adv, b.response_mask, tau=tau, variant=variant, keep=b.keep,
+                            log_ratio_cap=b.log_ratio_cap)
 
 
 def clip_cov_loss(
@@ -149,16 +164,15 @@ def clip_cov_loss(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: float | None = None,
     ratio: float = 2e-4,
     lb: float = 1.0,
     ub: float = 5.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:  # loss_mat [N, T], stats
     """Clip-Cov (Cui et al. 2025, arXiv:2505.22617; verl's `compute_policy_loss_clip_cov`): DAPO's clipped loss with
-    r = π_θ / π_old, set to 0 on the tokens `b.cov_selected` marks (None: drawn over this batch's response tokens,
-    `trainer/algos/cov.py`). stats add "cov_selected"."""
+    r = π_θ / π_old and no dual clip (verl's has none), set to 0 on the tokens `b.cov_selected` marks (None: drawn
+    over this batch's response tokens, `trainer/algos/cov.py`). stats add "cov_selected"."""
     return clip_cov_policy_loss(b.logp, b.old_logp, b.adv, b.response_mask, clip_low=clip_low, clip_high=clip_high,
-                                clip_c=clip_c, ratio=ratio, lb=lb, ub=ub, selected=b.cov_selected)
+                                ratio=ratio, lb=lb, ub=ub, selected=b.cov_selected)
 
 
 def kl_cov_loss(

@@ -25,7 +25,10 @@ and continues on Thinking Seeds' own path, ``trainer.rollout.RolloutBuilder._cut
   (arm, whether the source response was correct), updated from every graded continuation, and Thompson sampling
   of the arm whose sampled success p maximises p (1 - p), the variance of a continuation's 0/1 reward and so the
   expected size of its group-normalised advantage (the "sweet spot" of arXiv 2509.06923). Shallow cuts of wrong
-  responses and deep cuts of right ones, if that is where the continuations' outcomes are uncertain.
+  responses and deep cuts of right ones, if that is where the continuations' outcomes are uncertain. The policy
+  changes while the counts accumulate, so each update first multiplies every count by a discount γ
+  (``seed_adaptive_discount``, 0.9 per restarted step: an outcome weighs half after 6.6 steps), discounted Thompson
+  sampling for non-stationary bandits (Raj & Kalyani 2017, arXiv:1707.09727); γ = 1 never forgets.
 """
 
 from __future__ import annotations
@@ -70,8 +73,16 @@ def choose_arms(stats: dict, source_correct: list[bool | None], *, rng: np.rando
 
 
 def update_arm_stats(stats: dict, arms: list[int], source_correct: list[bool | None],
-                     correct: list[bool | None]) -> None:
-    """Count each graded continuation (``correct`` None: ungraded, left out) under its arm and source verdict."""
+                     correct: list[bool | None], *, discount: float = 1.0) -> None:
+    """One step's update: every count (all verdicts and arms) times ``discount`` (γ in (0, 1]; 1 = never forget),
+    then each graded continuation (``correct`` None: ungraded, left out) counted under its arm and source verdict:
+
+        wins ← γ·wins + #correct,   losses ← γ·losses + #wrong       (the Beta(1 + wins, 1 + losses) prior stays)"""
+    assert 0 < discount <= 1, f"discount={discount} must lie in (0, 1]"
+    if discount < 1:
+        for s in stats.values():
+            for key in ("wins", "losses"):
+                s[key] = [discount * x for x in s[key]]
     for arm, verdict, ok in zip(arms, source_correct, correct):
         if ok is not None:
             stats[_VERDICT[verdict]]["wins" if ok else "losses"][arm] += 1

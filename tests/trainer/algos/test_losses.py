@@ -30,17 +30,18 @@ def _hand_inputs():
     return logp, torch.zeros_like(logp), torch.tensor(ADV, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("clip_c, want_loss, want_grad", [(None, LOSS_NO_DUAL, GRAD_NO_DUAL), (3.0, LOSS_DUAL, GRAD_DUAL)])
-def test_clipped_policy_loss_hand_values(clip_c, want_loss, want_grad):
+@pytest.mark.parametrize("clip_ratio_c, want_loss, want_grad", [(0.0, LOSS_NO_DUAL, GRAD_NO_DUAL),
+                                                                 (3.0, LOSS_DUAL, GRAD_DUAL)])
+def test_clipped_policy_loss_hand_values(clip_ratio_c, want_loss, want_grad):
     logp, old, adv = _hand_inputs()
-    loss, stats = clipped_policy_loss(logp, old, adv, clip_low=0.2, clip_high=0.28, clip_c=clip_c)
+    loss, stats = clipped_policy_loss(logp, old, adv, clip_low=0.2, clip_high=0.28, clip_ratio_c=clip_ratio_c)
     assert loss.shape == (7, 1)
     torch.testing.assert_close(loss.squeeze(1), torch.tensor(want_loss, dtype=torch.float64))
     loss.sum().backward()
     torch.testing.assert_close(logp.grad.squeeze(1), torch.tensor(want_grad, dtype=torch.float64))
     assert stats["clipped_low"].squeeze(1).tolist() == [False, False, True, False, False, False, False]
     assert stats["clipped_high"].squeeze(1).tolist() == [False, True, False, False, False, False, False]
-    assert stats["dual_clipped"].squeeze(1).tolist() == [False, False, False, clip_c is not None, False, False, False]
+    assert stats["dual_clipped"].squeeze(1).tolist() == [False, False, False, clip_ratio_c > 0, False, False, False]
     torch.testing.assert_close(stats["ratio"].squeeze(1), torch.tensor(RATIO, dtype=torch.float64))
     assert not stats["ratio"].requires_grad
 

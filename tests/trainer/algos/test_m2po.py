@@ -1,11 +1,12 @@
-"""M2PO keep-mask vs a loop reference, its defining properties, and the M2PO loss on a hand example."""
+"""M2PO keep-mask vs a loop reference, its defining properties, and the M2PO loss on a hand example; the released
+variant's |log r| cap against a restatement of the authors' loop (Infini-AI-Lab/M2PO core_algos.py) and by hand."""
 
 import math
 
 import pytest
 import torch
 
-from trainer.algos import loss_denominator, m2po_mask, m2po_policy_loss, reduce_loss
+from trainer.algos import loss_denominator, m2po_log_ratio_cap, m2po_mask, m2po_policy_loss, reduce_loss
 
 
 def _m2po_mask_reference(logp, behavior_logp, adv, mask, tau):
@@ -115,3 +116,77 @@ def test_m2po_mask_everything_kept_when_tau_is_large_and_nothing_in_trust_region
     logp, behavior, adv, mask, _ = _random_case(5, discrete=False)
     assert torch.equal(m2po_mask(logp, behavior, adv, mask, tau=1e9), mask)
     assert torch.equal(m2po_mask(logp, behavior, torch.zeros_like(adv), mask, tau=0.0), mask)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# m2po_variant=released: the authors' code (Infini-AI-Lab/M2PO verl/trainer/ppo/core_algos.py)
+# ---------------------------------------------------------------------------------------------------------
+def _released_cap_reference(logp, behavior_logp, adv, mask, tau):
+    """`kpo_clip_harmful_tokens` + `_solve_tau_from_sorted_delta2` restated as loops over Python floats (without the
+    release's 1e-12 nudges): the trust-region tokens' (log r)², sorted; no cap when their mean is within the budget;
+    else the first k whose cap at v_k reaches tau·n, and c = sqrt(v_{k−1}) (0 for k = 0)."""
+    n, t = logp.shape
+    adv = adv.unsqueeze(1).expand(n, t) if adv.dim() == 1 else adv
+    v = []
+    for i in range(n):
+        for j in range(t):
+            if not mask[i, j]:
+                continue
+            lr = float(logp[i, j]) - float(behavior_logp[i, j])
+            a = float(adv[i, j])
+            if (a > 0 and lr > 0) or (a < 0 and lr < 0):
+                v.append(lr * lr)
+    v.sort()
+    if not v or sum(v) <= tau * len(v):
+        return math.inf
+    target, left = tau * len(v), 0.0
+    for k in range(len(v)):
+        left += v[k]
+        if v[k] * (len(v) - k - 1) + left >= target:
+            return 0.0 if k == 0 else math.sqrt(v[k - 1])
+    raise AssertionError("unreachable: capping at the largest value gives the whole sum")
+
+
+def test_released_cap_matches_the_authors_loop():
+    capped = 0
+    for seed in range(150):
+        logp, behavior, adv, mask, tau = _random_case(seed, discrete=seed % 2 == 0)
+        tau = max(tau, 1e-3)
+        got = m2po_log_ratio_cap(logp, behavior, adv, mask, tau=tau)
+        want = _released_cap_reference(logp, behavior, adv, mask, tau)
+        assert got == pytest.approx(want, rel=1e-12) if math.isfinite(want) else math.isinf(got), seed
+        capped += math.isfinite(want)
+    assert capped > 50   # the comparison exercised real caps
+
+
+def test_released_cap_and_loss_by_hand():
+    # A = 1 everywhere; log r = [0.1, 0.2, 0.3, 0.4, −0.5]: the first four are trust-region tokens (A > 0, r > 1),
+    # M2 = v = [0.01, 0.04, 0.09, 0.16], mean 0.075 > τ = 0.04, τ·n = 0.16. Capping at v_k:
+    #   k = 0: 0.01 + 3·0.01 = 0.04;  k = 1: 0.05 + 2·0.04 = 0.13;  k = 2: 0.14 + 1·0.09 = 0.23 >= 0.16
+    # so c = sqrt(v_1) = 0.2 (capped mean (0.01 + 3·0.04)/4 = 0.0325 <= 0.04; at 0.3 it would be 0.0575).
+    # Tokens with |log r| >= 0.2 in the trust region are clipped: ℓ = −e^0.2, gradient 0; the others ℓ = −e^{log r},
+    # dℓ/dlogp = −r (the token at −0.5 is outside the trust region: A > 0, r < 1). The paper variant keeps 0.1, 0.2.
+    lr = torch.tensor([[0.1, 0.2, 0.3, 0.4, -0.5]], dtype=torch.float64)
+    behavior = torch.full_like(lr, -2.0)
+    logp = (behavior + lr).requires_grad_(True)
+    adv, mask = torch.ones(1, dtype=torch.float64), torch.ones_like(lr, dtype=torch.bool)
+    assert m2po_log_ratio_cap(logp, behavior, adv, mask, tau=0.04) == pytest.approx(0.2, rel=1e-12)
+    assert m2po_mask(logp, behavior, adv, mask, tau=0.04).tolist() == [[True, True, False, False, True]]
+    loss, stats = m2po_policy_loss(logp, behavior, adv, mask, tau=0.04, variant="released")
+    e = math.exp
+    torch.testing.assert_close(loss, torch.tensor([[-e(0.1), -e(0.2), -e(0.2), -e(0.2), -e(-0.5)]], dtype=torch.float64))
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-e(0.1), 0.0, 0.0, 0.0, -e(-0.5)]], dtype=torch.float64))
+    assert stats["clipped_high"].tolist() == [[False, True, True, True, False]] and not stats["clipped_low"].any()
+    assert stats["m2po_dropped"].tolist() == [[False, True, True, True, False]]
+    assert float(stats["m2po_log_ratio_cap"]) == pytest.approx(0.2)
+    # negative advantages mirror it: log r = −[0.1 .. 0.4] with A = −1 gives the same cap, ℓ = e^−0.2 past it
+    lp2 = (behavior - lr.abs()).requires_grad_(True)
+    loss2, st2 = m2po_policy_loss(lp2, behavior, -adv, mask, tau=0.04, variant="released")
+    assert st2["clipped_low"].tolist() == [[False, True, True, True, True]]
+    assert loss2[0, 1:].tolist() == pytest.approx([e(-0.2)] * 4)
+    # within the budget there is no cap: plain −Â·r on every token
+    assert m2po_log_ratio_cap(logp, behavior, adv, mask, tau=0.08) == math.inf
+    loss3, st3 = m2po_policy_loss(logp.detach(), behavior, adv, mask, tau=0.08, variant="released")
+    torch.testing.assert_close(loss3, -lr.exp())
+    assert not st3["clipped_high"].any()

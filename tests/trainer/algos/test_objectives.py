@@ -9,7 +9,7 @@ import torch
 
 from trainer.algos import LOSSES, TokenBatch, loss_denominator, loss_mask, m2po_mask, reduce_loss
 
-CLIP = {"clip_low": 0.2, "clip_high": 0.28, "clip_c": None}
+CLIP = {"clip_low": 0.2, "clip_high": 0.28, "clip_ratio_c": 0.0}
 
 
 def _one_token(logp, old, adv, **extra):
@@ -58,6 +58,54 @@ def test_hand_values_per_algorithm():
                        behavior_logp=torch.tensor([[ln(0.5)], [ln(0.4)]], dtype=torch.float64))
     loss, _ = LOSSES["m2po"](b, tau=0.04)
     assert loss[:, 0].tolist() == pytest.approx([-1.1, 0.0])
+
+
+def test_the_dual_clip_on_stale_seed_tokens_by_hand():
+    """verl's dual clip (clip_ratio_c, its DAPO recipe's 10) on Thinking Seeds' seed tokens, whose r = π_θ / π_b.
+    Â = −0.5 on every row, π_θ = 0.6:
+      row 0  seed token, π_b = 0.05: r = 12;  clipped loss −Â·max(r, 0.8) = 6 > −Â·c = 5 -> ℓ = 5, gradient 0
+      row 1  seed token, π_b = 0.1:  r = 6;   ℓ = 3 (below the cap), dℓ/dlog π = −Â·r = 3
+      row 2  no seed (continuation, r = π_θ/π_old = 1): ℓ = 0.5, dℓ/dlog π = 0.5
+    Without the dual clip (clip_ratio_c = 0) row 0 keeps ℓ = 6 and its gradient 6; a positive advantage is never
+    capped (row 0 with Â = +0.5: clipped high at 1.28, ℓ = −0.64)."""
+    ln = math.log
+    seeds = dict(seed_lens=torch.tensor([1, 1, 0]),
+                 behavior_logp=torch.tensor([[ln(0.05)], [ln(0.1)], [float("nan")]], dtype=torch.float64))
+    for c, want_loss, want_grad, dual in ((10.0, [5.0, 3.0, 0.5], [0.0, 3.0, 0.5], [True, False, False]),
+                                          (0.0, [6.0, 3.0, 0.5], [6.0, 3.0, 0.5], [False, False, False])):
+        lp, b = _one_token([ln(0.6)] * 3, [ln(0.6)] * 3, [-0.5] * 3, **seeds)
+        loss, stats = LOSSES["seeds"](b, clip_low=0.2, clip_high=0.28, clip_ratio_c=c)
+        loss.sum().backward()
+        assert loss[:, 0].tolist() == pytest.approx(want_loss)
+        assert lp.grad[:, 0].tolist() == pytest.approx(want_grad)
+        assert stats["dual_clipped"][:, 0].tolist() == dual
+        assert stats["ratio"][:, 0].tolist() == pytest.approx([12.0, 6.0, 1.0])
+    lp, b = _one_token([ln(0.6)], [ln(0.6)], [0.5], seed_lens=torch.tensor([1]),
+                       behavior_logp=torch.tensor([[ln(0.05)]], dtype=torch.float64))
+    loss, stats = LOSSES["seeds"](b, clip_low=0.2, clip_high=0.28, clip_ratio_c=10.0)
+    assert loss[0, 0].item() == pytest.approx(-0.64) and not stats["dual_clipped"].any()
+
+
+def test_m2po_variants_through_the_table():
+    """LOSSES["m2po"] with variant="paper" drops the large-M2 token (ℓ = 0); "released" clips it at e^c instead
+    (ℓ = −Â·e^c, gradient 0 in both). r = [1.1, 2] against π_behavior, Â = 1: M2 = [ln(1.1)², ln(2)²], mean 0.245
+    > 0.04; the release's cap: k = 1 (0.0091 + 0.48 >= 0.08), c = ln 1.1, so the first token sits at the cap too."""
+    ln = math.log
+    beh = torch.tensor([[ln(0.5)], [ln(0.4)]], dtype=torch.float64)
+    lp, b = _one_token([ln(0.55), ln(0.8)], [0.0, 0.0], [1.0, 1.0], behavior_logp=beh)
+    loss, _ = LOSSES["m2po"](b, tau=0.04, variant="paper")
+    assert loss[:, 0].tolist() == pytest.approx([-1.1, 0.0])
+    lp, b = _one_token([ln(0.55), ln(0.8)], [0.0, 0.0], [1.0, 1.0], behavior_logp=beh)
+    loss, stats = LOSSES["m2po"](b, tau=0.04, variant="released")
+    loss.sum().backward()
+    assert loss[:, 0].tolist() == pytest.approx([-1.1, -1.1])
+    assert lp.grad[:, 0].tolist() == pytest.approx([0.0, 0.0])
+    assert float(stats["m2po_log_ratio_cap"]) == pytest.approx(ln(1.1))
+    # a cap over the whole step (TokenBatch.log_ratio_cap) is used as given: c = ln 2.5 clips neither
+    lp, b = _one_token([ln(0.55), ln(0.8)], [0.0, 0.0], [1.0, 1.0], behavior_logp=beh,
+                       log_ratio_cap=torch.tensor(ln(2.5)))
+    loss, _ = LOSSES["m2po"](b, tau=0.04, variant="released")
+    assert loss[:, 0].tolist() == pytest.approx([-1.1, -2.0])
 
 
 # ---------------------------------------------------------------------------------------------------------
