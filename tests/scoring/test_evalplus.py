@@ -138,6 +138,7 @@ def test_verdicts_are_evalplus(humaneval_plus, mbpp_plus):
     assert slow.detail.startswith("plus input 1/2") and "Timed out" in slow.detail
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_runs_finish_and_an_ungradable_problem_is_not_a_score(tmp_path, capsys):
     """A canonical solution that raises (HumanEval/900): EvalPlus stops the whole run; here the run finishes, that
     problem's samples are grader_error (not scored), the command exits 3 without a leaderboard, and passing

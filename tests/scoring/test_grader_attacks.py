@@ -79,6 +79,7 @@ def _rows():
     return {e["hash"]: e for e in exs}
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_every_attack_is_a_program_the_old_exit_status_rule_passed():
     """The attacks are real: each one exits 0 when run as ``program + test`` (the old rule), and the correct program
     does too, while the wrong one does not."""
@@ -157,6 +158,7 @@ def test_a_program_cannot_forge_the_values_or_the_token():
 
 @full
 @pytest.mark.parametrize("code_reward", ["lcb", "klear"])
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_the_trainers_reward_is_not_raised_by_any_attack(code_reward):
     """The trainer's batch grader (worker processes), on the published assertion rows: every attack gets exactly
     the reward of a wrong program (0 under lcb, -1 under klear), the correct program the full reward."""

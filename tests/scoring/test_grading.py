@@ -60,6 +60,7 @@ SLOW_IMPORT = "import time\ntime.sleep(1.5)   # a module that takes longer to im
               "def double(x):\n    return 2 * x\n"
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_a_workers_start_up_is_not_an_items_time(tmp_path, monkeypatch):
     # on a loaded machine a worker's imports can outlast the item limit: an instant function then came back
     # "timeout" (a reward call in a two-rank KL test did); the clock starts when the worker says it is up

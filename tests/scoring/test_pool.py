@@ -6,6 +6,8 @@ process that grades. The math pools (the trainer's math reward, ``grade_math_man
 
 import resource
 
+import pytest
+
 from scoring.grading import grade_batch
 from scoring.math import MATH_MEMORY_MB
 from scoring.pool import WorkerPool, apply
@@ -36,6 +38,7 @@ def leave(pid_file, hang):
 '''
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_a_detached_grandchild_dies_with_its_item_and_with_a_timed_out_worker(tmp_path, monkeypatch):
     import importlib
     (tmp_path / "leaver_mod.py").write_text(LEAVER)

@@ -261,6 +261,7 @@ def test_killing_the_parent_or_everything_leaves_the_grader_alive():
 
 
 @full
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_detached_grandchild_is_killed(tmp_path):
     tag, daemon = _tagged("import os, time\n"
               "if os.fork() == 0:\n"
@@ -374,6 +375,7 @@ def test_a_sample_cannot_leave_answers_in_the_kernel_keyring_for_a_later_one():
 
 
 @full
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_a_sample_holding_its_process_slots_does_not_starve_concurrent_ones():
     """RLIMIT_NPROC counts a uid's processes and threads machine-wide: with one uid for every call, a sample holding
     as many threads as it may made two concurrently graded correct programs fail ("can't start new thread")."""

@@ -192,6 +192,7 @@ def _never_returns(response, problem):
     time.sleep(3600)
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_evals_code_grading_has_a_hard_bound_per_sample():
     """eval grades code in worker processes with a hard limit per sample (``grade_responses``): a grader that
     never returns is that sample's ``timeout`` (ungraded), the others are graded, and nothing hangs."""

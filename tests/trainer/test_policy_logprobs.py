@@ -110,6 +110,7 @@ def one_long_row(T, V):
 
 @pytest.mark.parametrize("forward", ["model", "flat"])
 @pytest.mark.parametrize("compute", [torch.float32, torch.bfloat16])
+@pytest.mark.slow   # over 1.5 s on idle cores (each case a 152k-vocabulary forward and backward)
 def test_no_full_vocabulary_tensor_for_a_row(forward, compute):
     """One row of T = 512 response tokens, vocabulary V = 32,000, forward and backward: the chunked head never makes
     a tensor of T x V elements (the full-logits path makes several), and its float32 ones are one chunk's."""

@@ -227,6 +227,7 @@ def test_wrong_type_unreadable_file_misaligned_lists_and_empty_range(run, tmp_pa
     assert "no rollout files in steps [5, 9)" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # over 1.5 s of sandboxed processes or a subprocess
 def test_python_dash_m_entry_point(run, tmp_path):
     r = subprocess.run([sys.executable, "-m", "tsanalysis", "zero-adv", "--p", "0.5", "--G", "2",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
