@@ -26,6 +26,7 @@ standard library, so a command's ``--help`` and its input errors stay cheap.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -84,8 +85,29 @@ def one_line(text: str, *, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
-def failure_line(exc: BaseException, *, kept: str | None = None) -> str:
-    """The line a failure inside the run prints: its type and message, what is kept, how to see the traceback."""
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or one of its causes) is the disk filling up: OSError ENOSPC, or what torch's serializer
+    raises in its place (``[enforce fail at inline_container.cc] ... unexpected pos``, ``PytorchStreamWriter failed
+    writing file``)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        text = str(exc)
+        if "unexpected pos" in text or "PytorchStreamWriter failed writing file" in text or "No space left" in text:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def failure_line(exc: BaseException, *, kept: str | None = None, writing: str | None = None) -> str:
+    """The line a failure inside the run prints: its type and message, what is kept, how to see the traceback.
+    ``writing``: the folder the command writes, named when the failure is the disk filling up."""
+    if writing is not None and disk_full(exc):
+        kept = f"; {kept}" if kept else ""
+        return (f"error: no space left on device while writing {writing}: free space there or set another output "
+                f"folder{kept} ({type(exc).__name__}: {one_line(str(exc))})")
     msg = one_line(str(exc)) or "(no message)"
     kept = f"; {kept}" if kept else ""
     return (f"error: {type(exc).__name__}: {msg}{kept} (a failure inside the run, not bad input; rerun with "

@@ -17,7 +17,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Collection, Literal, TypeVar
 
 import yaml
 
@@ -171,13 +171,30 @@ def parse_overrides(overrides) -> dict:
     return dict(split_override(o) for o in overrides)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: key '{key}' is given twice (first on line "
+                                  f"{seen[key]}); keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_preset(path: str | os.PathLike, *, where: str = "") -> dict:
-    """A YAML preset: a flat mapping of config fields (ConfigError for a missing file, bad YAML, or a non-mapping)."""
+    """A YAML preset: a flat mapping of config fields (ConfigError for a missing file, bad YAML, a key given twice,
+    or a non-mapping)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file '{path}' does not exist" + (f" (presets live in {where})" if where else ""))
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(loaded, dict):
@@ -185,9 +202,12 @@ def read_preset(path: str | os.PathLike, *, where: str = "") -> dict:
     return loaded
 
 
-def build(cls: type[C], values: dict, *, source: str = "config", fields_doc: str = "") -> C:
+def build(cls: type[C], values: dict, *, source: str = "config", fields_doc: str = "",
+          command_line: Collection[str] = ()) -> C:
     """An instance of the config dataclass ``cls`` from ``values``: unknown keys refused with a close match, each
-    value coerced to its field's type (``Literal`` choices checked). Cross-field checks are the caller's."""
+    value coerced to its field's type (``Literal`` choices checked). Cross-field checks are the caller's.
+    ``source`` names where the values come from in errors, except the keys in ``command_line`` (overrides given as
+    ``key=value``), which are blamed on the command line, not the file."""
     types_ = field_types(cls)
     unknown = sorted(set(values) - set(types_))
     if unknown:
@@ -195,14 +215,16 @@ def build(cls: type[C], values: dict, *, source: str = "config", fields_doc: str
         for key in unknown:
             close = difflib.get_close_matches(key, types_, n=1)
             hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        raise ConfigError(f"{source}: unknown config key(s) {', '.join(hints)}"
+        where = "command line" if set(unknown) <= set(command_line) else source
+        raise ConfigError(f"{where}: unknown config key(s) {', '.join(hints)}"
                           + (f"; see {fields_doc} for the fields" if fields_doc else ""))
     kwargs = {}
     for k, v in values.items():
         try:
             kwargs[k] = coerce(k, v, types_[k])
         except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}" if source not in ("config", "command line") else str(exc)) from None
+            where = "command line" if k in command_line else source
+            raise ConfigError(f"{where}: {exc}" if where not in ("config", "command line") else str(exc)) from None
     return cls(**kwargs)
 
 
@@ -211,8 +233,9 @@ def load(cls: type[C], path: str | os.PathLike | None, overrides=(), *, where: s
     values, source = {}, "command line"
     if path:
         values, source = read_preset(path, where=where), str(path)
-    values.update(parse_overrides(overrides))
-    return build(cls, values, source=source, fields_doc=fields_doc)
+    given = parse_overrides(overrides)
+    values.update(given)
+    return build(cls, values, source=source, fields_doc=fields_doc, command_line=set(given))
 
 
 def to_dict(cfg) -> dict:

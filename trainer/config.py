@@ -331,6 +331,9 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     """Every check that can fail before a model is built (the choice fields are checked from their types when the
     config is built; these are the ranges and the checks across fields)."""
     _check(cfg.total_steps >= 1, f"total_steps must be >= 1, got {cfg.total_steps}")
+    _check(bool(cfg.run_name) and cfg.run_name not in (".", "..") and not set(cfg.run_name) & {"/", "\\"},
+           f"run_name={cfg.run_name!r} must name one folder under output_dir (not empty, '.', '..', no '/' or "
+           f"'\\'); give a plain name, and choose the parent folder with output_dir")
     _check(cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1")
     _check(cfg.samples_per_prompt >= 2,
            f"samples_per_prompt must be >= 2 for group advantages, got {cfg.samples_per_prompt}")

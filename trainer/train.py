@@ -384,7 +384,8 @@ def launch(argv: list[str] | None = None) -> int:
         if debug():
             traceback.print_exc()
         kept = f"checkpoints so far kept; {resume_hint(cfg.run_dir)}"
-        print(failure_line(exc, kept=kept).replace("error:", f"error{where}:", 1), file=sys.stderr)
+        print(failure_line(exc, kept=kept, writing=str(cfg.run_dir)).replace("error:", f"error{where}:", 1),
+              file=sys.stderr)
         return EXIT_FAILURE
     finally:
         shutdown(d)

@@ -351,3 +351,48 @@ def test_a_ctrl_c_a_library_wraps_in_its_own_error_is_still_an_interrupt(tmp_pat
     assert main(tiny(tmp_path / "runs")) == 130
     err = capsys.readouterr().err
     assert "interrupted (Ctrl-C)" in err and "error:" not in err
+
+
+# ---- #38 item 3: failures outside the preflight ---------------------------------------------------------------
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b"])
+def test_a_run_name_that_is_not_one_folder_is_bad_input(name, tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert main(tiny(out) + [f"run_name={name}"]) == 2
+    err = capsys.readouterr().err
+    assert f"run_name={name!r} must name one folder under output_dir" in err
+    assert not out.exists() and not (tmp_path / "x").exists()   # nothing written, inside or outside output_dir
+
+
+def test_a_yaml_key_given_twice_names_both_lines(tmp_path, capsys):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("model: tiny:1m\nlr: 1.0e-4\ntotal_steps: 2\nlr: 3.0e-4\n")
+    assert main(["--config", str(preset), "--dry-run"]) == 2
+    assert f"{preset}: line 4: key 'lr' is given twice (first on line 2); keep one" in capsys.readouterr().err
+
+
+def test_a_command_line_key_is_blamed_on_the_command_line_not_the_file(tmp_path, capsys):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("model: tiny:1m\n")
+    assert main(["--config", str(preset), "--dry-run", "total_steps=many"]) == 2
+    err = capsys.readouterr().err
+    assert "total_steps" in err and str(preset) not in err
+
+
+def test_threads_above_the_cores_is_a_warning(tmp_path, capsys):
+    import os
+    many = 4 * (os.cpu_count() or 1)
+    assert main(tiny(tmp_path / "runs") + [f"threads={many}", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert f"WARN threads: threads={many} x 1 rank(s) on this node is more than its {os.cpu_count()} cores" in err
+
+
+def test_a_full_disk_is_said_as_such_with_the_folder():
+    from contracts.commands import failure_line
+    torch_says = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    line = failure_line(torch_says, kept="checkpoints so far kept", writing="runs/x")
+    assert line.startswith("error: no space left on device while writing runs/x: free space there or set another "
+                           "output folder; checkpoints so far kept (RuntimeError: ")
+    enospc = OSError(28, "No space left on device")
+    assert failure_line(enospc, writing="runs/x").startswith("error: no space left on device while writing runs/x")
+    other = failure_line(ValueError("boom"), writing="runs/x")
+    assert other.startswith("error: ValueError: boom") and "space" not in other
