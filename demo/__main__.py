@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         budget = BUDGETS["quick" if args.quick else "full"]
         out = args.out or ("runs/demo-quick" if args.quick else "runs/demo-addition")
+    blocked = next((q for q in (Path(out), *Path(out).parents) if q.exists() and not q.is_dir()), None)
+    if blocked is not None:   # bad input, said before anything runs (not "a failure inside the run ... resumes")
+        parser.error(f"--out {out}: {blocked} is a file, not a folder; give a folder (it is created when missing)")
     threads, why = (args.threads, "--threads") if args.threads else auto_threads()
     torch.set_num_threads(threads)
     print(f"torch threads: {threads} ({why})", flush=True)

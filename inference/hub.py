@@ -222,6 +222,13 @@ def check_model_files(folder: Path, *, what: str) -> None:
         raise ModelSourceError(f"{what}: {folder} holds no config.json; give a saved model folder (e.g. "
                              f"runs/<name>/checkpoints/step_N) or a hub id")
     redo = "save or copy the checkpoint again, or use another one"
+    try:   # a damaged config.json is the folder's fault (bad input), not a failure inside the run
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelSourceError(f"{what}: {folder / 'config.json'} is not valid JSON ({type(e).__name__}: {e}); "
+                               f"{redo}") from None
+    if not isinstance(config, dict):
+        raise ModelSourceError(f"{what}: {folder / 'config.json'} is not a model config (a JSON object); {redo}")
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:

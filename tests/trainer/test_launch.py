@@ -396,3 +396,32 @@ def test_a_full_disk_is_said_as_such_with_the_folder():
     assert failure_line(enospc, writing="runs/x").startswith("error: no space left on device while writing runs/x")
     other = failure_line(ValueError("boom"), writing="runs/x")
     assert other.startswith("error: ValueError: boom") and "space" not in other
+
+
+# ---- #38 item 2: a damaged model folder is bad input ----------------------------------------------------------
+def test_a_model_folder_with_a_corrupt_config_json_is_bad_input_in_trainer_and_eval(tmp_path, capsys):
+    from eval.run import main as eval_main
+    from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic
+    tok = build_tokenizer()
+    model = tmp_path / "m"
+    save_pretrained_atomic(build_model("1m", tok, seed=0), tok, model)
+    (model / "config.json").write_text('{"model_type": "llama", ')   # cut off mid-write
+    out = tmp_path / "runs"
+    assert main(tiny(out, model=str(model))) == 2
+    line = f"{model / 'config.json'} is not valid JSON (JSONDecodeError: "
+    assert line in capsys.readouterr().err and not out.exists()
+    res = tmp_path / "res"
+    with pytest.raises(SystemExit) as exc:   # eval.run's input errors leave as SystemExit(2) (eval.run.main)
+        eval_main(["--model", str(model), "--benchmarks", "addition", "--n", "1", "--out", str(res)])
+    assert exc.value.code == 2
+    assert line in capsys.readouterr().err and not res.exists()
+
+
+def test_the_demo_refuses_an_out_that_is_a_file(tmp_path, capsys):
+    from demo.__main__ import main as demo_main
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    with pytest.raises(SystemExit) as exc:
+        demo_main(["--quick", "--out", str(f / "demo")])
+    assert exc.value.code == 2
+    assert f"{f} is a file, not a folder" in capsys.readouterr().err and f.read_text() == "mine"
