@@ -190,11 +190,36 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def damaged(path: Path) -> str | None:
+    """Why the checkpoint ``path`` cannot be resumed (its format, its DCP metadata, a rank's shard missing), or
+    None. Cheap: file names and meta.json only, nothing loaded."""
+    try:
+        meta = check_format(path)
+    except CheckpointError as exc:
+        return str(exc)
+    ranks = meta.get("world_size")
+    if isinstance(ranks, int):
+        missing = [f"__{r}_0.distcp" for r in range(ranks) if not (path / DCP_DIR / f"__{r}_0.distcp").is_file()]
+        if missing:
+            return f"{path / DCP_DIR} is missing the shard(s) {', '.join(missing)} of its {ranks} rank(s)"
+    return None
+
+
 def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
+    """The checkpoint a run resumes from: ``never`` none; ``auto`` the newest that is complete (a damaged newer one
+    is skipped, saying so on stderr, rather than failed on at every launch; the newest is returned when all are
+    damaged, so the error names it); else the folder ``resume`` names."""
     if resume == "never":
         return None
     if resume == "auto":
         ckpts = list_checkpoints(run_dir)
+        for step, path in reversed(ckpts):
+            why = damaged(path)
+            if why is None:
+                if path != ckpts[-1][1]:
+                    print(f"warning: resuming from {path} (step {step + 1}), the newest complete checkpoint: "
+                          f"{ckpts[-1][1]} cannot be resumed ({damaged(ckpts[-1][1])})", file=sys.stderr)
+                return path
         return ckpts[-1][1] if ckpts else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
@@ -527,7 +552,13 @@ def resume_run(run_dir: Path, cfg: Config, d: Dist, *, model, optimizer, schedul
     if d.is_main:
         remove_partial_saves(run_dir)
     path = agree_resume_checkpoint(run_dir, cfg.resume, d)
-    if path is None:
+    if path is None:   # from step 0: what an earlier start logged (a run stopped before its first checkpoint) goes
+        metrics = run_dir / "metrics.jsonl"
+        if d.is_main and metrics.is_file() and metrics.read_text().strip():
+            lines = len(metrics.read_text().splitlines())
+            truncate_metrics(metrics, -(2 ** 31))
+            print(f"starting at step 0: the {lines} metric line(s) an earlier start logged in {metrics} are "
+                  f"replaced (no checkpoint to resume from)", file=sys.stderr)
         return Resumed(0, 0)
     state = load_checkpoint(path, model=model, optimizer=optimizer, d=d)
     scheduler.load_state_dict(state["scheduler"])

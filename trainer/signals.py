@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from contracts.commands import EXIT_INTERRUPTED, EXIT_TERMINATED
-from trainer.checkpoint import list_checkpoints
+from trainer.checkpoint import damaged, list_checkpoints
 from trainer.fsdp import Dist, all_gather_objects
 
 INTERRUPTED_EXIT = EXIT_INTERRUPTED   # 130, 128 + SIGINT: every command's code for a Ctrl-C (contracts.commands)
@@ -58,7 +58,7 @@ class Preemption:
 
 def resume_hint(run_dir: Path) -> str:
     """Where a rerun of the same command continues: the run's newest checkpoint, or the start."""
-    done = list_checkpoints(Path(run_dir))
+    done = [(step, path) for step, path in list_checkpoints(Path(run_dir)) if damaged(path) is None]
     if not done:
         return f"no checkpoint in {run_dir} yet: the same command starts the run again from step 0"
     step, path = done[-1]

@@ -425,3 +425,37 @@ def test_the_demo_refuses_an_out_that_is_a_file(tmp_path, capsys):
         demo_main(["--quick", "--out", str(f / "demo")])
     assert exc.value.code == 2
     assert f"{f} is a file, not a folder" in capsys.readouterr().err and f.read_text() == "mine"
+
+
+def test_a_start_from_step_0_replaces_what_an_earlier_start_logged(tmp_path, capsys):
+    """A run stopped before its first checkpoint (Ctrl-C at step 3) and started again: metrics.jsonl holds the new
+    start's steps only (it held 0, 1, 2, 3, 0, 1 before), and the start says so."""
+    run = tmp_path / "runs" / "run"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": 0.5}) + "\n" for s in range(4)))
+    assert main(tiny(tmp_path / "runs", save_every=0)) == 0
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1]
+    assert (f"starting at step 0: the 4 metric line(s) an earlier start logged in {run / 'metrics.jsonl'} are "
+            f"replaced") in capsys.readouterr().err
+
+
+@pytest.mark.slow   # a short run with a checkpoint per step, then a resume
+def test_a_checkpoint_missing_a_shard_is_skipped_for_the_newest_complete_one(tmp_path, capsys):
+    """The newest checkpoint lost a rank's shard: the hint and the resume both take the one before it (said on
+    stderr), instead of naming a checkpoint that fails the same way at every launch."""
+    from trainer.signals import resume_hint
+    out = tmp_path / "runs"
+    assert main(tiny(out, total_steps=2)) == 0
+    run = out / "run"
+    newest, before = run / "checkpoints" / "step_000001", run / "checkpoints" / "step_000000"
+    (newest / "trainer_state" / "dcp" / "__0_0.distcp").unlink()
+    assert resume_hint(run) == f"the same command resumes from {before} (step 1)"
+    capsys.readouterr()
+    assert main(tiny(out, total_steps=3)) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: resuming from {before} (step 1), the newest complete checkpoint: {newest} cannot be resumed "
+            f"({newest / 'trainer_state' / 'dcp'} is missing the shard(s) __0_0.distcp of its 1 rank(s))") in err
+    assert f"resumed from {before} at step 1" in err
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
