@@ -23,6 +23,7 @@ shared temporary folder). Without ``-n`` the suite runs in one process, in file 
 """
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 _SLOW_FAST_TESTS: dict[str, float] = {}   # nodeid -> seconds, for tests not marked slow
+_SIGINT_AT_START = signal.getsignal(signal.SIGINT)   # restored after a module that changed it (reported at the end)
+_SIGNAL_LEFT: list[str] = []
 
 
 def pytest_runtest_logreport(report):
@@ -100,6 +103,9 @@ def pytest_runtest_teardown(item, nextitem):
     """After a module's last test (its module fixtures torn down): torch's thread count is the session's again."""
     result = yield
     if nextitem is None or nextitem.module is not item.module:
+        if signal.getsignal(signal.SIGINT) is not _SIGINT_AT_START:   # a child started later would inherit it
+            _SIGNAL_LEFT.append(f"{item.module.__name__} left SIGINT at {signal.getsignal(signal.SIGINT)!r}")
+            signal.signal(signal.SIGINT, _SIGINT_AT_START)
         threads = torch.get_num_threads()
         if threads != TEST_THREADS:
             torch.set_num_threads(TEST_THREADS)
@@ -109,6 +115,10 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _SIGNAL_LEFT:
+        terminalreporter.section("modules that left SIGINT changed (restored after them)")
+        for line in _SIGNAL_LEFT:
+            terminalreporter.write_line(line)
     over = sorted(((s, n) for n, s in _SLOW_FAST_TESTS.items() if s > FAST_TEST_S), reverse=True)
     if over:
         terminalreporter.section(f"tests not marked slow that took over {FAST_TEST_S:.0f} s (mark them slow, or "

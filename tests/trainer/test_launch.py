@@ -238,10 +238,18 @@ def test_a_finished_run_relaunched_says_so_and_a_killed_trainers_lock_is_taken_o
 
 
 # ------------------------------------------------------------------------------------------------ signals
+def _default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their defaults, as a shell starts a command (a child inherits
+    an ignored SIGINT, and Python then never raises KeyboardInterrupt: under pytest-xdist the worker's disposition
+    is not always the default, and a Ctrl-C test's child once trained all its steps through the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _launch(args: list[str]) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-m", "trainer.train", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
 
 
 def _after_first_step(proc: subprocess.Popen, metrics: Path) -> None:
