@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 __all__ = ["temporary_path", "atomic_path", "atomic_write_text", "atomic_write_json", "atomic_write_jsonl",
-           "append_jsonl"]
+           "append_jsonl", "append_jsonl_rows"]
 
 
 def temporary_path(path: str | os.PathLike) -> Path:
@@ -61,8 +61,15 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
 
 def append_jsonl(path: str | os.PathLike, obj: dict, *, fsync: bool = True) -> None:
     """Append one JSON line and flush it (and fsync: a crash right after still leaves the line on disk)."""
+    append_jsonl_rows(path, [obj], fsync=fsync)
+
+
+def append_jsonl_rows(path: str | os.PathLike, rows: Iterable[dict], *, fsync: bool = True) -> None:
+    """Append JSON lines, one per row, with one flush and one fsync for all of them (a crash mid-way leaves at most
+    one torn last line, which ``contracts.samples.repair`` cuts off)."""
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
         f.flush()
         if fsync:
             os.fsync(f.fileno())

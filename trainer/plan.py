@@ -389,7 +389,7 @@ def download_lines(cfg, P: int | None) -> list[str]:
         out.append(f"train data: hub dataset {cfg.train_file}, read through datasets' cache at start-up ("
                    + (f"{exact / 1e6:.1f} MB on the hub)" if exact else "its size is unknown offline)"))
     if cfg.val_benchmarks:
-        from scoring.benchmarks.mathbench import DATA_ENV
+        from scoring.benchmarks import DATA_ENV
         where = os.environ.get(DATA_ENV)
         out.append(f"validation data: {', '.join(cfg.val_benchmarks)} from "
                    + (f"{DATA_ENV}={where} (local)" if where else "the hub at run time (set "
@@ -432,7 +432,7 @@ def plan_lines(cfg, *, world_size: int = 1) -> list[str]:
             lines.append(f"  vllm_gpu_memory_utilization={m['util']:g}, the plan derives {m['derived_util']:g} "
                          f"(leaving {HEADROOM:.0%} of the card free at the generation peak)")
         if max(m["update_peak"], m["generation"]) > card:
-            lines.append(f"  WARNING: a phase exceeds the card: lower micro_batch_tokens or the engine share")
+            lines.append("  WARNING: a phase exceeds the card: lower micro_batch_tokens or the engine share")
         t = step_time(cfg, s)
         verl = verl_step_time(cfg, s)
         lines.append(f"time per step (ESTIMATE from the step-time model on {PLANNED_GPUS} x H100, docs/performance.md; "

@@ -45,7 +45,7 @@ from transformers import AutoTokenizer
 
 from inference.hub import ModelSourceError, check_model_files, hub_reachable, is_hub_id, offline, resolve_model
 from inference.tiny import build_tokenizer
-from scoring.benchmarks.mathbench import DATA_ENV
+from scoring.benchmarks import DATA_ENV
 from scoring.grading import GRADE_TIMEOUT_S
 from scoring.rewards import (CODE_TASKS, GRADERS, UNGRADED_VERDICTS, RewardFnError, code_workers, grade_code_batch,
                              grade_task_batch, load_reward_fn, reward_of)

@@ -59,9 +59,7 @@ check; saying it at once keeps a mistyped --early from passing for Figure 2.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +68,10 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from contracts.files import atomic_write_text
+from contracts.files import append_jsonl_rows
+from contracts.locks import LockHeld, hold, lock_file
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap, passk_matrix
+from contracts.samples import repair
 from contracts.sampling import resolve_top_k
 from contracts.settings import SettingsMismatch, claim_folder
 
@@ -162,44 +162,15 @@ def pass_k_table(n, early, relay, final, *, n_boot: int = 2000, seed: int = 0) -
 
 # ---- JSONL helpers ---------------------------------------------------------------------------------------------
 def _read_jsonl(path: Path, log: Callable[[str], None] = print) -> dict[str, dict]:
-    """problem_id → record; a torn last line (interrupted write) is ignored, other bad lines are errors. A problem's
-    second line (two relays appended to one folder) is dropped with a warning: its first line counts, as every
-    reader of sample files keys them (``contracts.samples``)."""
-    out: dict[str, dict] = {}
-    again: list[int] = []
-    if not path.exists():
-        return out
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) and not text.endswith("\n"):
-                lines.pop()   # the process died while appending this line: drop it, the problem is redone
-                break
-            raise RelayError(f"{path}:{i}: malformed JSON line; delete the line or the file to redo it") from None
-        if str(rec["problem_id"]) in out:
-            again.append(i)
-        else:
-            out[str(rec["problem_id"])] = rec
-    if text and not text.endswith("\n"):   # leave a clean file for the next append
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
-    if again:
-        log(f"warning: {path}: {len(again)} line(s) of problems already in the file (lines "
-            f"{', '.join(map(str, again[:6]))}{', ...' if len(again) > 6 else ''}) dropped: each problem counts once, "
-            f"from its first line")
-    return out
-
-
-def _append_jsonl(path: Path, recs: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        for r in recs:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """problem_id -> record of a phase's file, repaired for the next append (``contracts.samples.repair``: a torn
+    last line from an interrupted write is cut off and redone; a problem's second line, two relays appended to one
+    folder, is dropped with a warning, its first line counting as for every sample file); a malformed line inside
+    the file is a RelayError naming it."""
+    try:
+        rows = repair(path, warn=lambda m: log(f"warning: {m}"))
+    except ValueError as e:
+        raise RelayError(str(e)) from None
+    return {str(r["problem_id"]): r for r in rows}
 
 
 # ---- orchestration ---------------------------------------------------------------------------------------------
@@ -469,7 +440,7 @@ def _early_phase(plan: _Plan, todo, grade: _Grader, prefixes: dict, *, claimed: 
         recs = [{"problem_id": pid, "prefix_ids": [cut_prefix(c.token_ids, cfg.cut, eos_ids=eos_ids) for c in cs],
                  "early_len": [len(c.token_ids) for c in cs], "early_finish": [c.finish_reason for c in cs],
                  "early_correct": correct} for pid, cs, (correct, _) in zip(ids, per, graded)]
-        _append_jsonl(plan.out_dir / PREFIXES, recs)
+        append_jsonl_rows(plan.out_dir / PREFIXES, recs)
         prefixes.update({r["problem_id"]: r for r in recs})
     del model
     if plan.engine != "vllm":   # free the early model before the final one is loaded
@@ -527,7 +498,7 @@ def _final_phase(plan: _Plan, todo, sampler, grade: _Grader, prefixes: dict, res
                 "relay_len": [len(x) for x in relay_ids[sl]], "final_len": [len(c.token_ids) for c in final_only[sl]],
                 "relay_finish": relay_fin[sl], "final_finish": [c.finish_reason for c in final_only[sl]],
             })
-        _append_jsonl(plan.out_dir / RESULTS, recs)
+        append_jsonl_rows(plan.out_dir / RESULTS, recs)
         results.update({r["problem_id"]: r for r in recs})
     del model
     return sampler
@@ -560,6 +531,25 @@ def run_relay(cfg: RelayConfig, *, log: Callable[[str], None] = print) -> tuple[
             f"({plan.sources['final'].identity}): the relay is that model continuing its own prefixes, so relay and "
             f"final-only sample one distribution and differ by sampling noise only (a null control, not Figure 2); "
             f"for Figure 2 give an earlier checkpoint as --early")
+    with _writer(plan.out_dir):
+        return _run(plan, log)
+
+
+@contextmanager
+def _writer(out_dir: Path):
+    """One relay writes a folder at a time (``contracts.locks``: ``.<folder>.lock`` beside it, so the folder holds
+    only results): a second relay on the same folder gets RelayError naming the holder before it reads anything."""
+    try:
+        lock = hold(lock_file(out_dir), what=f"the relay folder {out_dir}", command="tsanalysis relay",
+                    fix="wait for it to finish (or stop it), or give another --out")
+        with lock:
+            yield
+    except LockHeld as e:
+        raise RelayError(str(e)) from None
+
+
+def _run(plan: _Plan, log: Callable[[str], None]) -> tuple[dict[str, pd.DataFrame], Path, dict]:
+    """Both phases on the problems not yet in the folder's files, then the tables (``run_relay``, holding the lock)."""
     claimed = _claim(plan)
     prefixes = _read_jsonl(plan.out_dir / PREFIXES, log)
     results = _read_jsonl(plan.out_dir / RESULTS, log)

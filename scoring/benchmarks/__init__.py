@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import importlib
 
-from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import DATA_ENV, Benchmark, Problem, Verdict
 
-__all__ = ["BENCHMARKS", "MATH_BENCHMARKS", "Benchmark", "Problem", "Verdict", "get_benchmark"]
+__all__ = ["BENCHMARKS", "DATA_ENV", "MATH_BENCHMARKS", "Benchmark", "Problem", "Verdict", "get_benchmark"]
 
 # name -> (module, attribute)
 BENCHMARKS: dict[str, tuple[str, str]] = {

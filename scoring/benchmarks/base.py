@@ -17,6 +17,10 @@ from typing import Any, Callable
 # a run that has any exits non-zero unless asked otherwise, and a resumed run grades those samples again.
 from scoring.verdict import GRADER_ERROR, UNGRADED_VERDICTS, Verdict
 
+# the folder benchmark files are read from when set (math/<name>.jsonl, code/livecodebench/..., docs/data.md): one
+# variable for every benchmark, the trainer's validation and the dry run's download plan
+DATA_ENV = "THINKING_SEEDS_DATA"
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -35,8 +35,8 @@ import threading
 from pathlib import Path
 
 from contracts.jsonl import read_rows
-from scoring.benchmarks.base import Benchmark, Problem, Verdict
-from scoring.benchmarks.humaneval import CODE_GENERATION, DATA_ENV, extract_completion, sanitize
+from scoring.benchmarks.base import DATA_ENV, Benchmark, Problem, Verdict
+from scoring.benchmarks.humaneval import CODE_GENERATION, extract_completion, sanitize
 from scoring.code import extract_code, program_packages, short_repr, verdict_of_status
 from scoring.limits import CODE_LIMITS
 from scoring.pool import WorkerPool, apply

@@ -33,7 +33,7 @@ import os
 import threading
 from pathlib import Path
 
-from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import DATA_ENV, Benchmark, Problem, Verdict
 from contracts.jsonl import read_rows
 from scoring.code import extract_code, grade_assert_script
 from scoring.limits import CODE_LIMITS
@@ -42,7 +42,6 @@ __all__ = ["BENCHMARK", "VERSION", "CODE_GENERATION", "DATA_ENV", "load", "extra
            "sanitize", "build_program", "grade"]
 
 VERSION = "humaneval-1"
-DATA_ENV = "THINKING_SEEDS_DATA"
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096}
 
 

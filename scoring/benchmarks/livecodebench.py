@@ -85,7 +85,7 @@ import zlib
 from datetime import date, datetime
 from pathlib import Path
 
-from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import DATA_ENV, Benchmark, Problem, Verdict
 from contracts.jsonl import iter_jsonl
 from scoring.code import LCB_IMPORT_PRELUDE, extract_code_lcb, grade_code
 from scoring.limits import CODE_LIMITS
@@ -96,7 +96,6 @@ __all__ = ["BENCHMARK", "VERSION", "RELEASES", "WINDOW_SOURCE", "WINDOW_ENDS", "
 
 VERSION = "livecodebench-3"   # 2: lcb_runner's extraction and harness; 3: one v6 definition, lcb_runner@28fef95's prompt
 HUB_DATASET = "livecodebench/code_generation_lite"   # where the files come from (not pinned: files select a release)
-DATA_ENV = "THINKING_SEEDS_DATA"
 # the paper: avg@32; Qwen3-4B-Thinking-2507 trained with 16k-token responses; Qwen3's sampling advice 0.6 / 0.95
 CODE_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16384}
 

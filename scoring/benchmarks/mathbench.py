@@ -19,12 +19,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scoring.benchmarks.base import Benchmark, Problem, Verdict
+from scoring.benchmarks.base import DATA_ENV, Benchmark, Problem, Verdict
 from contracts.jsonl import read_rows
 
 __all__ = ["DATA_ENV", "MATH_GENERATION", "STORED", "layout_hint", "load_rows", "grade_problem", "math_benchmark"]
 
-DATA_ENV = "THINKING_SEEDS_DATA"
 # n 32: the paper's avg@32 (§5.1); temperature 0.6 / top-p 0.95 are not the paper's (it states none) but the
 # DeepSeek-R1 card's evaluation setting (docs/evaluation.md); a backbone's profile (eval/configs/) overrides them
 MATH_GENERATION = {"n": 32, "temperature": 0.6, "top_p": 0.95, "max_tokens": 4096}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import kill_tree
+from tests.helpers.processes import free_port, kill_tree
 
 HERE = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -122,11 +122,7 @@ def test_trainer_runs_with_the_vllm_engine_pass_the_rollout_check(scenarios):
 
 
 def _torchrun(tmp_path, out: Path, policy: Path, steps: int = 4) -> list[str]:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
             "-m", "trainer.train", "--config", str(HERE.parent / "trainer/configs/tiny.yaml"), f"model={policy}",
             "sft_steps=0", "engine=vllm", "lr=1e-3", f"total_steps={steps}", "prompts_per_step=8",
             "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",

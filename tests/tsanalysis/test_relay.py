@@ -13,6 +13,7 @@ import inference
 import scoring.tasks.addition as addition
 from tests.conftest import TASK_KWARGS
 from contracts.files import atomic_write_jsonl
+from contracts.locks import hold, lock_file
 from contracts.passk import pass_at_k
 from inference.tiny import build_tokenizer, save_tiny
 from scoring.tasks import get_task
@@ -169,6 +170,35 @@ def test_resume_skips_done_problems_and_refuses_other_settings(ckpts, problems, 
     assert _jsonl(out / "results.jsonl") == before
     with pytest.raises(relay.RelayError, match=r"other settings \(n: recorded 8, now 2\); use another --out"):
         _run(ckpts, problems, out, n=2)
+
+
+def test_one_relay_writes_a_folder_at_a_time_and_each_problem_counts_once(ckpts, problems, relay_run, tmp_path,
+                                                                          monkeypatch):
+    first, src, _, _ = relay_run
+    out = tmp_path / "o"
+    shutil.copytree(src, out)
+    before = (out / "results.jsonl").read_bytes()
+    monkeypatch.setattr(inference, "load_policy", lambda *a, **k: pytest.fail("model loaded"))
+    # a second relay on a folder another process writes: refused before it reads or writes anything
+    with hold(lock_file(out), what="x", command="tsanalysis relay", fix="y"):
+        with pytest.raises(relay.RelayError, match=rf"the relay folder {out} is being written by another "
+                                                   r"tsanalysis relay \(pid \d+ .*or give another --out"):
+            _run(ckpts, problems, out)
+    assert (out / "results.jsonl").read_bytes() == before
+    assert not lock_file(out).exists()           # released: the folder holds only results, no lock file beside it
+    # two relays appended one problem twice: its first line counts, the second leaves the file, with a warning
+    lines = (out / "results.jsonl").read_text().splitlines()
+    dup = json.loads(lines[0])
+    dup["relay_correct"] = -1
+    (out / "results.jsonl").write_text("\n".join(lines + [json.dumps(dup)]) + "\n")
+    said = []
+    again, _, _ = relay.run_relay(RelayConfig(early=str(ckpts[0]), final=str(ckpts[1]), benchmark="addition",
+                                              problems=str(problems[0]), n=N, cut=0.5, max_tokens=MAX_TOKENS, seed=3,
+                                              engine="hf", out=out, batch_problems=1), log=said.append)
+    pd.testing.assert_frame_equal(first["relay_passk"], again["relay_passk"])
+    assert (out / "results.jsonl").read_bytes() == before
+    assert any("1 duplicate row of problems already in the file" in m and f"line {len(lines) + 1}" in m
+               for m in said), said
 
 
 def test_mismatched_tokenizers_are_refused_before_loading_models(ckpts, tmp_path, monkeypatch, capsys):
