@@ -82,7 +82,7 @@ from eval.grading import grade_responses, regrade, write_disagreements
 from eval.inputs import (EvalInputError, check_results_path, data_settings, file_settings, load_problems, model_name,
                          prepare, read_samples_input, results_lock)
 from eval.leaderboard import build_leaderboard, write_leaderboard
-from eval.lm_eval_bridge import run_lm_eval, unknown_tasks
+from eval.lm_eval_bridge import LM_EVAL_FILE, run_lm_eval, unknown_tasks
 from eval.parallel import EngineSpec, Job, generation_dtype, make_generator
 from inference.hub import ContextError, ModelSourceError, check_context, model_context, resolve_checked_model
 from eval.report import file_report, format_report
@@ -267,13 +267,15 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     ``cfg.out``. ``log`` receives one ``format_report`` line per (model, benchmark) as it finishes (and
     LiveCodeBench's selection when it is loaded).
 
-    Returns ``{"reports": [...], "leaderboard": ..., "leaderboard_md": ..., "ungraded": k}``: one report per
+    Returns ``{"reports": [...], "leaderboard": ..., "leaderboard_md": ..., "ungraded": k, "lm_eval_files": [...]}``:
+    one report per
     (model, sample-file benchmark) in the order scored, each ``{"model", "benchmark", "kind", "path", "problems",
     "n_min", "n_max", "avg", "avg_ci": (low, high), "grading_timeouts", "disagreement_rate", "disagreements",
     "ungraded", "ungraded_problems"}`` (``grading_timeouts`` and the disagreement fields None outside math;
     scores over every graded sample in the file, earlier runs' included), then the leaderboard of everything under
     ``out`` (``eval.leaderboard.build_leaderboard``) and its markdown, both also written there, and the number of
-    samples of those files that could not be graded. When that is not 0 the leaderboard is NOT written (both are
+    samples of those files that could not be graded, and the lm-evaluation-harness result files written (with
+    ``lm_eval_tasks``). When that is not 0 the leaderboard is NOT written (both are
     None) unless ``allow_ungraded``. Raises ``ConfigError`` (``eval.config.validate``) for a config that cannot run
     and ``EvalInputError`` for bad inputs, before any model is loaded and before anything is written.
     """
@@ -337,6 +339,7 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     pool = WorkerPool(apply, timeout=cfg.grade_timeout, workers=cfg.workers, memory_mb=MATH_MEMORY_MB) if any(
         b.kind == "math" for b in benches) else None
     reports: list[dict] = []
+    lm_files: list[Path] = []   # lm-evaluation-harness's result files this run writes
     locks = contextlib.ExitStack()   # one writer per results file: held until every file of this run is written
 
     def lock(path: Path) -> None:
@@ -391,6 +394,8 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                     except ContextError as e:
                         raise EvalInputError(str(e)) from None
                     plan.append((bench, probs, settings))
+                if cfg.lm_eval_tasks:   # lm-evaluation-harness's result file: one writer too
+                    lock(out / name / LM_EVAL_FILE)
                 plans.append((spec, name, engine, dtype, plan))
             for spec, name, engine, dtype, plan in plans:
                 if plan:
@@ -401,6 +406,7 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
                                               data_parallel_size=cfg.data_parallel_size, progress=cfg.progress,
                                               log=log)
                 if cfg.lm_eval_tasks:
+                    lm_files.append(out / name / LM_EVAL_FILE)
                     run_lm_eval(sources[spec].path, cfg.lm_eval_tasks, out / name,
                                 include_path=cfg.lm_eval_include_path, limit=cfg.lm_eval_limit, device=cfg.device,
                                 engine=cfg.engine, seed=cfg.seed, temperature=cfg.temperature, top_p=cfg.top_p,
@@ -412,7 +418,8 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
 
     ungraded = sum(r.get("ungraded") or 0 for r in reports)
     if (ungraded and not cfg.allow_ungraded) or not out.is_dir():
-        return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded}
+        return {"reports": reports, "leaderboard": None, "leaderboard_md": None, "ungraded": ungraded,
+                "lm_eval_files": lm_files}
     try:
         # the board python -m eval.leaderboard OUT writes: the same order (oldest results first) and baseline
         # (--baseline, else the first model on the board), so the two commands never disagree about one folder
@@ -422,7 +429,7 @@ def run_eval(cfg: EvalConfig, *, log: Log = _print) -> dict:
     for why in board["skipped"]:
         log(f"warning: leaderboard: {why}")
     return {"reports": reports, "leaderboard": board, "leaderboard_md": write_leaderboard(board, out),
-            "ungraded": ungraded}
+            "ungraded": ungraded, "lm_eval_files": lm_files}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -460,6 +467,17 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
     return load_eval_config(args.config, args.overrides, flag_values(args))
 
 
+def written(cfg: EvalConfig, result: dict) -> str:
+    """The command's last line: where this run wrote (each results file it scored, lm-evaluation-harness's result
+    files, the leaderboard), or that it wrote nothing."""
+    out = Path(cfg.out)
+    files = [str(r["path"]) for r in result["reports"] if r.get("path")]
+    files += [str(f) for f in result.get("lm_eval_files", [])]
+    if result["leaderboard_md"] is not None:
+        files.append(f"{out / 'leaderboard.md'} (.csv, .json)")
+    return "wrote: " + ("; ".join(files) if files else f"nothing (no results under {out})")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line over ``run_eval`` (``contracts.commands``): exit 0; 2 with one line for a usage, config or
     input error (nothing written; raised as SystemExit(2), still a ValueError for callers that catch those); 3 when
@@ -480,9 +498,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"leaderboard was not written. Fix the grader and run the same command again (it grades them "
                   f"again), or pass --allow-ungraded to write the leaderboard without them.", file=sys.stderr,
                   flush=True)
+            print(written(cfg, result), flush=True)
             return EXIT_UNGRADED
         if result["leaderboard_md"] is not None:
             print(result["leaderboard_md"])
+        print(written(cfg, result), flush=True)
         return 0
 
     def resume() -> str:

@@ -411,7 +411,8 @@ def test_a_second_eval_run_on_a_results_file_is_refused_naming_the_holder(tmp_pa
     path = out / "m" / "addition.jsonl"
     lock = out / "m" / ".addition.jsonl.lock"
     assert not lock.exists()   # released at the end
-    capsys.readouterr()
+    # its last line says where it wrote: the results file, then the leaderboard
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote: {path}; {out / 'leaderboard.md'} (.csv, .json)"
     with other_holder(lock, "eval.run") as pid:   # another eval.run writing m/addition.jsonl
         before = _tree(out)
         rec = json.loads(lock.read_text())

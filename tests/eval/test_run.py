@@ -280,7 +280,9 @@ def test_run_eval_returns_the_reports_main_prints(samples_file, tmp_path, capsys
     assert e["avg"] == pytest.approx(r["avg"]) and (tmp_path / "leaderboard.md").read_text() == result["leaderboard_md"]
     # the command prints the same report line, then the same leaderboard
     assert _grade(samples_file, tmp_path) == 0
-    assert capsys.readouterr().out == format_report(r) + "\n" + result["leaderboard_md"] + "\n"
+    assert capsys.readouterr().out == (format_report(r) + "\n" + result["leaderboard_md"] + "\n"
+                                       + f"wrote: {tmp_path / 'ref' / 'math500.jsonl'}; {tmp_path / 'leaderboard.md'} "
+                                         f"(.csv, .json)\n")
     with pytest.raises(ConfigError, match="exactly one benchmark"):
         run.run_eval(EvalConfig(models=["ref"], benchmarks=["math500", "aime24"], samples=str(samples_file),
                                 out=str(tmp_path)))
