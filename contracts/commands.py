@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 __all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "DEBUG_ENV",
-           "EXIT_CODES_HELP", "Terminated", "pct", "points", "debug", "one_line", "failure_line", "sigterm_raises",
-           "run_command"]
+           "EXIT_CODES_HELP", "Terminated", "pct", "points", "debug", "one_line", "failure_line", "stopped_line",
+           "sigterm_raises", "run_command"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1        # a failure inside the run: one line, the traceback with THINKING_SEEDS_DEBUG=1
@@ -114,6 +114,14 @@ def failure_line(exc: BaseException, *, kept: str | None = None, writing: str | 
             f"{DEBUG_ENV}=1 for the traceback)")
 
 
+def stopped_line(interrupted: bool, resume: str) -> str:
+    """The one line of a command a signal stopped: ``interrupted (Ctrl-C): <resume>`` (after a newline: the
+    terminal's ``^C`` is still on the line) or ``stopped (SIGTERM): <resume>``, ``resume`` saying where the same
+    command resumes. One function, so every command (and each phase of the trainer) says it alike; the exit status
+    goes with it: ``EXIT_INTERRUPTED`` or ``EXIT_TERMINATED``."""
+    return f"\ninterrupted (Ctrl-C): {resume}" if interrupted else f"stopped (SIGTERM): {resume}"
+
+
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
     """While inside, SIGTERM raises ``Terminated`` in the main thread (elsewhere: nothing changes), so the
@@ -154,10 +162,10 @@ def run_command(body: Callable[[], int | None], *, input_errors: tuple[type[Base
     except SystemExit:   # argparse's usage errors, a body's own exit (also one that is a ValueError too)
         raise
     except KeyboardInterrupt:
-        _say(f"\ninterrupted (Ctrl-C): {_resume()}")
+        _say(stopped_line(True, _resume()))
         return EXIT_INTERRUPTED
     except Terminated:
-        _say(f"stopped (SIGTERM): {_resume()}")
+        _say(stopped_line(False, _resume()))
         return EXIT_TERMINATED
     except input_errors as exc:
         msg = str(exc).strip()

@@ -51,7 +51,7 @@ from safetensors.torch import save_file
 from contracts.config import to_dict
 from contracts.files import atomic_write_json, atomic_write_text, temporary_path
 from contracts.locks import LockHeld, acquire
-from trainer.config import Config
+from trainer.config import Config, val_eval_command, validation_on
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
 from trainer.policy import resolve_dtype
@@ -213,13 +213,15 @@ def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
         return None
     if resume == "auto":
         ckpts = list_checkpoints(run_dir)
+        newest_why = None
         for step, path in reversed(ckpts):
             why = damaged(path)
             if why is None:
                 if path != ckpts[-1][1]:
                     print(f"warning: resuming from {path} (step {step + 1}), the newest complete checkpoint: "
-                          f"{ckpts[-1][1]} cannot be resumed ({damaged(ckpts[-1][1])})", file=sys.stderr)
+                          f"{ckpts[-1][1]} cannot be resumed ({newest_why})", file=sys.stderr)
                 return path
+            newest_why = newest_why or why
         return ckpts[-1][1] if ckpts else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
@@ -327,8 +329,9 @@ def run_lock(run_dir: Path, d: Dist) -> Iterator[None]:
 
 def already_trained(run_dir: Path, cfg: Config, d: Dist) -> str | None:
     """The line a launch of a run that has reached ``total_steps`` prints instead of loading a model to train no
-    step (rank 0 decides, every rank gets it), or None when there is a step to train: the checkpoint the run would
-    resume from (``resume``: auto, the newest; or the one it names) is at step ``total_steps - 1`` or later."""
+    step (rank 0 decides, every rank gets it; ``finished_line``), or None when there is a step to train: the
+    checkpoint the run would resume from (``resume``: auto, the newest; or the one it names) is at step
+    ``total_steps - 1`` or later."""
     line = None
     if d.is_main:
         try:
@@ -341,11 +344,32 @@ def already_trained(run_dir: Path, cfg: Config, d: Dist) -> str | None:
         except CheckpointError:
             readable = False
         if readable and int(m.group(1)) + 1 >= cfg.total_steps:
-            step = int(m.group(1))
-            line = (f"already at total_steps={cfg.total_steps}: {run_dir} has trained steps 0-{step} (checkpoint "
-                    f"{path}), so there is nothing to train and nothing was written; to train further raise "
-                    f"total_steps (total_steps=N: a resume may change it), for a new run give another run_name")
+            line = finished_line(run_dir, cfg, step=int(m.group(1)), path=path)
     return broadcast_object(line, d)
+
+
+def finished_line(run_dir: Path, cfg: Config, *, step: int, path: Path) -> str:
+    """What a launch of a run whose checkpoint ``path`` is at ``step`` >= ``total_steps - 1`` says, in one line: at
+    total_steps, or past it (a smaller total_steps does not shorten a run: its later checkpoints stay, and the model
+    of step total_steps - 1 is named where it is kept), that nothing was trained or written, how to train further;
+    and with validation on (the command docs/training.md gives, run on a finished run), that no step was validated
+    (only the steps a launch trains are) and the ``eval.run`` command that scores the checkpoint the same way."""
+    if step + 1 == cfg.total_steps:
+        line = (f"already at total_steps={cfg.total_steps}: {run_dir} has trained steps 0-{step} (checkpoint {path}), "
+                f"so there is nothing to train and nothing was written; to train further raise total_steps "
+                f"(total_steps=N: a resume may change it), for a new run give another run_name")
+    else:
+        model = checkpoint_dir(run_dir, cfg.total_steps - 1)
+        kept = (f"; its model after step {cfg.total_steps - 1} is {model}" if (model / "config.json").is_file()
+                else "")
+        line = (f"already past total_steps={cfg.total_steps}: {run_dir} is at step {step} (trained steps 0-{step}, "
+                f"checkpoint {path}) and a relaunch does not shorten a run, so nothing was trained and nothing was "
+                f"written{kept}; to train further set total_steps above {step + 1} (total_steps=N: a resume may "
+                f"change it), for a new run give another run_name")
+    if validation_on(cfg):
+        line += (f"; validation scores only the steps a launch trains, so nothing was validated: to score {path} as "
+                 f"validation would, run {val_eval_command(cfg, path)}")
+    return line
 
 
 def check_shared_run_dir(run_dir: Path, d: Dist) -> None:

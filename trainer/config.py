@@ -532,6 +532,17 @@ def val_settings(cfg: Config, bench: Benchmark) -> dict:
                                top_k=cfg.val_top_k, max_tokens=cfg.val_max_tokens, template=cfg.val_template)
 
 
+def val_eval_command(cfg: Config, checkpoint: str | os.PathLike) -> str:
+    """The ``eval.run`` command that scores ``checkpoint`` as validation scores a step: each ``val_*`` field that is
+    set as its flag (an unset one is the benchmark's default in both). Said where a launch cannot validate a step
+    itself: a finished run relaunched with validation on (``trainer.checkpoint.already_trained``)."""
+    flags = {"n": cfg.val_n, "temperature": cfg.val_temperature, "top-p": cfg.val_top_p, "top-k": cfg.val_top_k,
+             "max-tokens": cfg.val_max_tokens, "template": cfg.val_template, "limit": cfg.val_limit or None,
+             "seed": cfg.val_seed or None}
+    return (f"python -m eval.run --model {checkpoint} --benchmarks {','.join(cfg.val_benchmarks)}"
+            + "".join(f" --{flag} {value}" for flag, value in flags.items() if value is not None))
+
+
 def val_metric_names(cfg: Config) -> list[str]:
     """The score metrics validation logs (those ``select_metric`` may name): per benchmark ``val/<bench>/avg@<n>``
     and ``val/<bench>/pass@<k>`` for k in ``contracts.passk.k_grid(n)``."""

@@ -68,7 +68,8 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from contracts.commands import EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, debug, failure_line
+from contracts.commands import (EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, Terminated, debug, failure_line,
+                               sigterm_raises, stopped_line)
 from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.locks import LockHeld
@@ -95,7 +96,7 @@ from trainer.signals import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preempt
 from trainer.tracking import make_tracker
 from trainer.update import assign_advantages, make_optimizer, make_scheduler, skip_update, update
 from trainer.validate import BEFORE, ValidationError, Validator, encode, engine_context, is_due, load_plan
-from trainer.warmup import warm_start
+from trainer.warmup import WarmupStopped, warm_start
 
 
 def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on_step=None) -> Path:
@@ -103,8 +104,8 @@ def train(cfg: Config, d: Dist, *, policy_builder=None, sampler_builder=None, on
 
     One trainer writes a run folder at a time: rank 0 holds its lock for the whole run (``trainer.checkpoint.
     run_lock``), and a second launch on the same folder is refused on every rank (``contracts.locks.LockHeld``)
-    before anything is written. A run already at ``total_steps`` is said so on stderr, and nothing is loaded or
-    written.
+    before anything is written. A run already at (or past) ``total_steps`` is said so on stderr in one line
+    (``trainer.checkpoint.finished_line``), and nothing is loaded or written.
 
     Library callers (benchmarks, tests) may pass ``policy_builder`` in place of ``trainer.policy.build_policy``
     (``(model_name, *, dtype, seed) -> (model, tokenizer)``; e.g. a model built from a config), ``sampler_builder``
@@ -313,6 +314,18 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _warmup_stopped(exc: WarmupStopped, run_dir: Path) -> str:
+    """The line of a Ctrl-C or SIGTERM during the supervised warm-up (``trainer.warmup``): where it stopped, that
+    nothing of it is kept (a warm-up is saved only once it finishes; sft has no part-way state to resume), and what
+    the same command does: the warm-up again from step 0, then the run from its newest checkpoint or step 0."""
+    done = [(step, path) for step, path in ckpt.list_checkpoints(run_dir) if ckpt.damaged(path) is None]
+    then = (f"then resumes the run from {done[-1][1]} (step {done[-1][0] + 1})" if done
+            else "then trains the run from step 0")
+    return stopped_line(isinstance(exc, KeyboardInterrupt),
+                        f"{exc.where()}; a warm-up is saved only once it finishes, so the same command builds it "
+                        f"again from step 0, {then}")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return launch(argv)
@@ -359,7 +372,8 @@ def launch(argv: list[str] | None = None) -> int:
     torch.set_num_threads(torch_threads(cfg, d.world_size))
     where = f" (rank {d.rank})" if d.enabled else ""
     try:
-        run_dir = train(cfg, d)
+        with sigterm_raises():   # SIGTERM outside the loop (the warm-up, loading): one line, exit 143 (the loop saves)
+            run_dir = train(cfg, d)
     except LockHeld as exc:   # another process writes this run folder: bad input, said once (rank 0 names it)
         if d.is_main:
             print(f"error: {exc}", file=sys.stderr)
@@ -368,10 +382,18 @@ def launch(argv: list[str] | None = None) -> int:
         # (checkpoint, run directory, model, a changed resume, validation data): a message, no traceback
         print(f"error{where}: {exc}", file=sys.stderr)
         return 2
+    except WarmupStopped as exc:   # Ctrl-C or SIGTERM during the warm-up: said with its step
+        if d.is_main:
+            print(_warmup_stopped(exc, cfg.run_dir), file=sys.stderr)
+        return INTERRUPTED_EXIT if isinstance(exc, KeyboardInterrupt) else PREEMPTED_EXIT
     except KeyboardInterrupt:
         if d.is_main:
-            print(f"\ninterrupted (Ctrl-C): {resume_hint(cfg.run_dir)}", file=sys.stderr)
+            print(stopped_line(True, resume_hint(cfg.run_dir)), file=sys.stderr)
         return INTERRUPTED_EXIT
+    except Terminated:   # SIGTERM outside the steps' loop (loading, the engine): its last checkpoint resumes it
+        if d.is_main:
+            print(stopped_line(False, resume_hint(cfg.run_dir)), file=sys.stderr)
+        return PREEMPTED_EXIT
     except Preempted as exc:
         if d.is_main:
             print(f"{exc}, resume point saved: {resume_hint(cfg.run_dir)}", file=sys.stderr)
@@ -379,7 +401,7 @@ def launch(argv: list[str] | None = None) -> int:
     except Exception as exc:   # a failure inside the run: one line per rank (the traceback on request)
         if _interrupted(exc):   # a Ctrl-C that a library turned into its own error on the way out
             if d.is_main:
-                print(f"\ninterrupted (Ctrl-C): {resume_hint(cfg.run_dir)}", file=sys.stderr)
+                print(stopped_line(True, resume_hint(cfg.run_dir)), file=sys.stderr)
             return INTERRUPTED_EXIT
         if debug():
             traceback.print_exc()
