@@ -205,6 +205,9 @@ def damaged(path: Path) -> str | None:
     return None
 
 
+_SKIP_SAID: set[tuple[Path, Path]] = set()   # (damaged, taken) pairs this process has warned about
+
+
 def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
     """The checkpoint a run resumes from: ``never`` none; ``auto`` the newest that is complete (a damaged newer one
     is skipped, saying so on stderr, rather than failed on at every launch; the newest is returned when all are
@@ -217,7 +220,8 @@ def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
         for step, path in reversed(ckpts):
             why = damaged(path)
             if why is None:
-                if path != ckpts[-1][1]:
+                if path != ckpts[-1][1] and (ckpts[-1][1], path) not in _SKIP_SAID:
+                    _SKIP_SAID.add((ckpts[-1][1], path))   # a launch looks for its checkpoint more than once
                     print(f"warning: resuming from {path} (step {step + 1}), the newest complete checkpoint: "
                           f"{ckpts[-1][1]} cannot be resumed ({newest_why})", file=sys.stderr)
                 return path

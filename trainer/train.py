@@ -412,7 +412,7 @@ def launch(argv: list[str] | None = None) -> int:
     finally:
         shutdown(d)
     if d.is_main:
-        print(f"run written to {run_dir}")
+        print(f"run folder: {run_dir}")   # also after a finished run's relaunch, which wrote nothing there
     return 0
 
 
