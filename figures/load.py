@@ -35,12 +35,18 @@ the ``run_dir`` recorded in settings.json), falling back on the tables themselve
 
 When several runs qualify the first by run name is taken and the alternatives are reported through ``log``.
 Errors (:class:`MissingResults`) name the ``tsanalysis`` command that writes the missing tables.
+
+Every notebook reads one folder, :func:`results_dir`: ``$THINKING_SEEDS_RESULTS`` (``RESULTS_ENV``), by default
+``runs/demo`` (``DEFAULT_RESULTS``, what ``make demo`` writes); point it at the DIR given to
+``python -m figures.make_all`` (its tables are in ``DIR/analysis/``) or at its ``--results ROOT``
+(``notebooks/README.md``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -48,24 +54,26 @@ from typing import Callable, Iterable, Mapping
 import pandas as pd
 import yaml
 
-__all__ = ["MissingResults", "ResultFolder", "COMMANDS", "HOW_TO", "resolve_dir", "find_results", "read_table",
-           "relay_passk", "positions_by_run", "seeded_positions", "truncation_tokens", "zero_adv", "mismatch",
-           "FIG3_LABELS"]
+__all__ = ["MissingResults", "ResultFolder", "COMMANDS", "HOW_TO", "RESULTS_ENV", "DEFAULT_RESULTS", "results_dir",
+           "deprecated_env", "resolve_dir", "find_results", "read_table", "relay_passk", "positions_by_run",
+           "seeded_positions", "truncation_tokens", "zero_adv", "mismatch", "FIG3_LABELS"]
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS_ENV = "THINKING_SEEDS_RESULTS"   # the one variable the notebooks read
+DEFAULT_RESULTS = "runs/demo"            # what `make demo` (python -m demo) writes: analysis/, tables/, figures/
 COMMANDS = ("positions", "truncation", "zero-adv", "mismatch", "relay", "support")   # support: figures.support
 PRUNE_DIRS = {"rollouts", "checkpoints", "trainer_state", ".git", "__pycache__", ".ipynb_checkpoints", "node_modules",
           ".venv"}
 
 # the tsanalysis command that writes each figure's inputs (printed when they are missing)
 HOW_TO = {
-    "fig2_relay": "tsanalysis relay --early RUN/checkpoints/step_A --final RUN/checkpoints/step_B --benchmark NAME",
+    "fig2_relay": "tsanalysis relay --early RUN/checkpoints/step_A --final RUN/checkpoints/step_B --benchmarks NAME",
     "fig3_positions": "tsanalysis positions RUN_DIR  (an on-policy DAPO run; a second one with "
                       "mini_batches_per_step > 1 for panel (b))",
     "fig4_seeded_positions": "tsanalysis positions RUN_DIR  (a Thinking Seeds run, seed_loss state+action)",
     "fig5_truncation_tokens": "tsanalysis truncation RUN_DIR  (Thinking Seeds runs with seed_rule entropy and ratio)",
-    "lemma4_zero_adv": "tsanalysis zero-adv --p 0,0.05,...,1 --G 8 --simulate 10000  (and tsanalysis zero-adv "
-                       "RUN_DIR for the observed panel)",
+    "lemma4_zero_adv": "tsanalysis zero-adv --p 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --G 8 --simulate 10000  "
+                       "(and tsanalysis zero-adv RUN_DIR for the observed panel)",
     "mismatch": "tsanalysis mismatch RUN_DIR  (a Thinking Seeds run)",
 }
 
@@ -74,6 +82,29 @@ FIG3_LABELS = {"onpolicy": "(a) on-policy, no mini-batching", "minibatch": "(b) 
 
 class MissingResults(FileNotFoundError):
     """The result tables a figure needs are not under the given directory."""
+
+
+def deprecated_env(name: str, *, instead: str) -> str | None:
+    """The value of a variable the notebooks used to read (None when unset or empty), with a one-line note on
+    stderr saying what replaces it."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    print(f"note: {name} is deprecated and will not be read in a later version; {instead}", file=sys.stderr)
+    return value
+
+
+def results_dir(legacy: str | None = None) -> str:
+    """The folder a notebook reads its tables from: ``$THINKING_SEEDS_RESULTS``, else the notebook's old variable
+    ``legacy`` (deprecated, said in one line), else ``runs/demo``. A relative path is resolved by the loaders
+    (:func:`resolve_dir`: the working directory, then the repository root)."""
+    value = os.environ.get(RESULTS_ENV, "").strip()
+    if value:
+        if legacy and os.environ.get(legacy, "").strip():
+            print(f"note: {legacy} is deprecated and not read: {RESULTS_ENV}={value} is", file=sys.stderr)
+        return value
+    old = deprecated_env(legacy, instead=f"set {RESULTS_ENV} instead (read this time)") if legacy else None
+    return old or DEFAULT_RESULTS
 
 
 def resolve_dir(path: str | os.PathLike) -> Path:
@@ -182,8 +213,9 @@ def _folders(source) -> tuple[list[ResultFolder], str]:
     if isinstance(source, (str, os.PathLike)):
         root = resolve_dir(source)
         if not root.exists():
-            raise MissingResults(f"results directory '{source}' does not exist (run `python -m figures.make_all "
-                                 f"RUN_OR_RESULTS_DIR` or the tsanalysis commands first)")
+            raise MissingResults(f"results directory '{source}' does not exist: run `python -m figures.make_all "
+                                 f"RUN_OR_RESULTS_DIR` (or `make demo`) first, and point {RESULTS_ENV} at that "
+                                 f"folder")
         return find_results(root), str(root)
     folders = list(source)
     return folders, "the given result folders"

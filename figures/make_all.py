@@ -28,22 +28,36 @@ mini_batches_per_step, seed_loss, seed_rule); override with
     --lemma4 RUN   --mismatch RUN            (RUN: a run name or a run directory)
 
 Output: ``fig2_relay.png``, ``fig3_positions.png``, ``fig4_seeded_positions.png``, ``fig5_truncation_tokens.png``,
-``lemma4_zero_adv.png``, ``mismatch.png`` in ``--out`` (default ``DIR/figures/``) at ``--dpi`` (150). The paths
-written are printed, and each skipped figure with the tsanalysis command that would produce its inputs. Exit
-status 0, or 1 when a figure failed or an explicitly requested run was not found.
+``lemma4_zero_adv.png``, ``mismatch.png`` in ``--out`` (default ``DIR/figures/``) at ``--dpi`` (150; 1 to
+1200). Each PNG is written whole or not at all (``figures.output``): a figure of an earlier call stays as it was
+until its new version is complete. The paths written are printed, each skipped figure with the tsanalysis command
+that would produce its inputs, and last the folder the notebooks read the same tables from (``notebooks/README.md``:
+``python -m figures.notebook NAME FOLDER``, or ``THINKING_SEEDS_RESULTS=FOLDER``): DIR when the tables are under
+it, else the results root.
+
+Exit status (``contracts.commands``): 0; 2 for bad input, with one ``error:`` line and nothing written: DIR not a
+folder, ``--dpi`` out of range, an ``--out`` or ``--results`` folder this user cannot write (checked before the
+first thing is computed; a read-only file system met later is said the same way); 1 when a figure failed or an
+explicitly requested run was not found (``FAILED`` lines), or for a failure inside the run, one line: a full disk
+is ``error: no space left on device while writing FOLDER: ...``, and every table and figure written before it is
+kept, whole (the same command reuses the tables and redraws the figures). 130 Ctrl-C, 143 SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import numbers
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+
+from contracts.commands import EXIT_CODES_HELP, EXIT_FAILURE, EXIT_OK, debug, failure_line, run_command
 
 from . import load
 from .fig2_relay import plot_relay_passk
@@ -51,15 +65,17 @@ from .fig3_positions import plot_positions
 from .fig4_seeded_positions import plot_mismatch, plot_seeded_positions
 from .fig5_truncation import plot_truncation_tokens
 from .lemma4 import plot_zero_adv
+from .output import InputError, WriteFailed, check_writable, save_png, writing
 from .style import DPI, use_headless_backend
 
-__all__ = ["FIGURES", "RUN_COMMANDS", "find_runs", "analyse_run", "ensure_lemma4", "make_all", "parse_mapping",
-           "main"]
+__all__ = ["FIGURES", "RUN_COMMANDS", "MAX_DPI", "InputError", "WriteFailed", "find_runs", "analyse_run",
+           "ensure_lemma4", "make_all", "parse_mapping", "main"]
 
 RUN_COMMANDS = ("positions", "zero-adv", "truncation", "mismatch")
 LEMMA4_P = np.round(np.linspace(0.0, 1.0, 101), 2)
 LEMMA4_G = (2, 4, 8, 16)
 LEMMA4_SIMULATE = 10_000
+MAX_DPI = 1200   # a 12-inch figure is 14 400 pixels wide there; far above, the renderer's buffer fills the memory
 
 
 # ---- one drawing function per output file: loader (figures.load) → plotting function ------------------------
@@ -138,10 +154,11 @@ def _compute(run_dir: Path, command: str):
     raise AssertionError(f"unknown command {command!r}")
 
 
-def _write(out_dir: Path, tables, settings: dict) -> load.ResultFolder:
+def _write(out_dir: Path, results_root: Path, tables, settings: dict) -> load.ResultFolder:
     from tsanalysis import io as tio
 
-    tio.write_results(out_dir, tables, settings)
+    with writing(results_root, "--results"):
+        tio.write_results(out_dir, tables, settings)   # each file whole, settings.json last (tsanalysis.io)
     return load.ResultFolder(out_dir, json.loads((out_dir / "settings.json").read_text()))
 
 
@@ -162,6 +179,7 @@ def analyse_run(run_dir: Path, results_root: Path, cached: Sequence[load.ResultF
             log(f"  {name} {command}: up to date ({hit.path})")
             out[command] = hit
             continue
+        check_writable(results_root, "--results")   # before the first table is computed, not after
         t0 = time.perf_counter()
         try:
             tables, args = _compute(run_dir, command)
@@ -172,7 +190,7 @@ def analyse_run(run_dir: Path, results_root: Path, cached: Sequence[load.ResultF
         settings = {"command": command, "args": {"run_dir": str(run_dir), "steps": None, **args},
                     "run_dir": str(run_dir.resolve()), "steps": {"range": None, "selected": selected},
                     "written_by": "figures.make_all"}
-        out[command] = _write(results_root / name / command, tables, settings)
+        out[command] = _write(results_root / name / command, results_root, tables, settings)
         log(f"  {name} {command}: computed in {time.perf_counter() - t0:.1f} s → {out[command].path}")
     return out
 
@@ -186,12 +204,13 @@ def ensure_lemma4(folders: Sequence[load.ResultFolder], results_root: Path, *,
 
     from tsanalysis.tables import lemma4_tables
 
+    check_writable(results_root, "--results")
     table = pd.concat([lemma4_tables(LEMMA4_P, G, simulate=LEMMA4_SIMULATE, seed=0)["lemma4"] for G in LEMMA4_G],
                       ignore_index=True)
     settings = {"command": "zero-adv", "args": {"p": LEMMA4_P.tolist(), "G": list(LEMMA4_G),
                                                 "simulate": LEMMA4_SIMULATE, "seed": 0},
                 "written_by": "figures.make_all"}
-    f = _write(results_root / "lemma4" / "zero-adv", {"lemma4": table}, settings)
+    f = _write(results_root / "lemma4" / "zero-adv", results_root, {"lemma4": table}, settings)
     log(f"  lemma4: computed the pure Lemma 4 table → {f.path}")
     return [*folders, f]
 
@@ -201,10 +220,17 @@ def make_all(directory: str | Path, *, out: str | Path | None = None, results: s
              selection: dict | None = None, recompute: bool = False, dpi: int = DPI,
              log: Callable[[str], None] = print) -> dict:
     """Analyse runs (if any), then draw every figure whose inputs exist. Returns {"written": [paths],
-    "skipped": {figure: reason}, "failed": {figure: error}} (see the module docstring)."""
+    "skipped": {figure: reason}, "failed": {figure: error}, "notebooks": folder} (see the module docstring).
+    Raises InputError for bad input (before anything is written) and WriteFailed when a write fails (a full disk;
+    what was written before stays whole)."""
     root = Path(directory)
     if not root.is_dir():
-        raise FileNotFoundError(f"'{directory}' is not a directory (give a run, a folder of runs or a results tree)")
+        raise InputError(f"error: '{directory}' is not a directory: give a run, a folder of runs or a results tree")
+    if isinstance(dpi, bool) or not isinstance(dpi, numbers.Integral) or not 1 <= dpi <= MAX_DPI:
+        raise InputError(f"error: --dpi {dpi}: the resolution must be a whole number of dots per inch from 1 to "
+                         f"{MAX_DPI}; give e.g. --dpi {DPI} (the default) or --dpi 300 for print")
+    out_dir = Path(out) if out is not None else root / "figures"
+    check_writable(out_dir, "--out")   # before anything is computed (--results: before the first table is)
     sel = dict(selection or {})
     runs = find_runs(root)
     results_root = Path(results) if results is not None else (root / "analysis" if runs else root)
@@ -222,9 +248,9 @@ def make_all(directory: str | Path, *, out: str | Path | None = None, results: s
                                               and f.command in RUN_COMMANDS and "lemma4" not in f.tables)] + chosen
     folders = ensure_lemma4(folders, results_root, log=log)
 
-    out_dir = Path(out) if out is not None else root / "figures"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = {"written": [], "skipped": {}, "failed": {}}
+    with writing(out_dir, "--out"):
+        out_dir.mkdir(parents=True, exist_ok=True)
+    report = {"written": [], "skipped": {}, "failed": {}, "notebooks": notebook_folder(root, results_root, folders)}
     explicit = {"fig3_positions": "fig3", "fig4_seeded_positions": "fig4", "fig5_truncation_tokens": "fig5",
                 "lemma4_zero_adv": "lemma4", "mismatch": "mismatch"}
     log("figures:")
@@ -241,7 +267,16 @@ def make_all(directory: str | Path, *, out: str | Path | None = None, results: s
             report["failed"][name] = f"{type(e).__name__}: {e}"
             continue
         path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=dpi)
+        try:
+            with writing(out_dir, "--out"):   # the folder refused: InputError; a full disk: WriteFailed
+                save_png(fig, path, dpi=dpi)
+        except (InputError, WriteFailed):   # the next figures would meet the same: stop, say what was written
+            for p in report["written"]:
+                log(f"wrote {p}")
+            raise
+        except Exception as e:   # this figure cannot be rendered at this size: report it, draw the others
+            report["failed"][name] = f"{type(e).__name__}: {e}"
+            continue
         report["written"].append(path)
     for p in report["written"]:
         log(f"wrote {p}")
@@ -249,7 +284,28 @@ def make_all(directory: str | Path, *, out: str | Path | None = None, results: s
         log(f"skipped {name}: {why}")
     for name, why in report["failed"].items():
         log(f"FAILED {name}: {why}")
+    where = report["notebooks"]
+    if where is not None:
+        log(f"notebooks: python -m figures.notebook NAME {where}  (the notebooks read these tables from "
+            f"{load.RESULTS_ENV}={where}; notebooks/README.md)")
+    else:
+        log(f"notebooks: the tables drawn lie both under {root} and elsewhere; give a notebook the folder that "
+            f"holds its tables (python -m figures.notebook NAME FOLDER; notebooks/README.md)")
     return report
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def notebook_folder(root: Path, results_root: Path, folders: Sequence[load.ResultFolder]) -> Path | None:
+    """The folder to point the notebooks at (``THINKING_SEEDS_RESULTS``): DIR when every result folder drawn from
+    lies under it (a demo's folder, whose ``tables/`` the premise notebook reads too), else the results root when
+    they all lie there, else None (they are spread over unrelated places)."""
+    for where in (root, results_root):
+        if all(_under(f.path, where) for f in folders):
+            return where
+    return None
 
 
 def parse_mapping(text: str | None, *, flag: str) -> dict[str, str] | None:
@@ -267,7 +323,7 @@ def parse_mapping(text: str | None, *, flag: str) -> dict[str, str] | None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m figures.make_all", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("directory", metavar="RUN_OR_RESULTS_DIR",
                     help="a run (runs/<run>), a folder of runs, or a tree of tsanalysis results")
     ap.add_argument("--out", default=None, help="where the PNGs go (default DIR/figures/)")
@@ -280,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lemma4", default=None, metavar="RUN", help="the run of the observed zero-advantage panel")
     ap.add_argument("--mismatch", default=None, metavar="RUN", help="the seeded run of the mismatch figure")
     ap.add_argument("--recompute", action="store_true", help="recompute run analyses even when cached ones are up to date")
-    ap.add_argument("--dpi", type=int, default=DPI)
+    ap.add_argument("--dpi", type=int, default=DPI, help=f"resolution of the PNGs, 1 to {MAX_DPI} (default {DPI})")
     return ap
 
 
@@ -293,13 +349,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     use_headless_backend()
-    try:
-        report = make_all(args.directory, out=args.out, results=args.results, selection=sel,
-                          recompute=args.recompute, dpi=args.dpi)
-    except FileNotFoundError as e:
-        print(f"make_all: error: {e}", file=sys.stderr)
-        return 2
-    return 1 if report["failed"] else 0
+    kept = ("every table and figure written before it is kept, whole; the same command reuses the tables and "
+            "redraws the figures")
+
+    def body() -> int:
+        try:
+            report = make_all(args.directory, out=args.out, results=args.results, selection=sel,
+                              recompute=args.recompute, dpi=args.dpi)
+        except WriteFailed as exc:   # a full disk (said as such, the folder named) or another error of the write
+            if debug():
+                traceback.print_exc()
+            print(failure_line(exc.error, kept=kept, writing=str(exc.folder)), file=sys.stderr, flush=True)
+            return EXIT_FAILURE
+        return EXIT_FAILURE if report["failed"] else EXIT_OK
+
+    return run_command(body, input_errors=(InputError,), resume=lambda: kept, kept=lambda: kept)
 
 
 if __name__ == "__main__":

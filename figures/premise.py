@@ -41,8 +41,11 @@ def load_tables(out: str | os.PathLike) -> dict:
     root = resolve_dir(out)
     if (root / "tables").is_dir():
         root = root / "tables"
-    if not root.is_dir():
-        raise FileNotFoundError(f"no premise tables under '{out}': run `python -m demo --premise --out {out}`")
+    if not (root / "passk_curves.csv").is_file():   # the first table the premise writes and every figure reads
+        raise FileNotFoundError(f"no premise tables under '{out}' (they are in <out>/tables/): point "
+                                f"THINKING_SEEDS_RESULTS at the --out folder of `python -m demo` or `python -m demo "
+                                f"--premise` (runs/demo, runs/premise), or write them: `python -m demo --premise "
+                                f"--out {out}`")
     tables = {}
     for f in sorted(root.iterdir()):
         if f.suffix == ".csv":

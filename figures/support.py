@@ -41,8 +41,11 @@ def load_support(path: str | os.PathLike) -> dict[str, pd.DataFrame]:
     root = load.resolve_dir(path)
     found = [f for f in load.find_results(root) if f.command == "support"]
     if not found:
-        raise load.MissingResults(f"no tsanalysis support tables under '{path}'; write them with: tsanalysis "
-                                  f"support --eval-dir RESULTS/eval --models base,early,final --out DIR")
+        raise load.MissingResults(f"no tsanalysis support tables under '{path}'; write them there with: tsanalysis "
+                                  f"support --eval-dir EVAL_DIR --models base,early,final --out {path}/analysis/"
+                                  f"support (the demo's: --eval-dir runs/demo/eval --models warmup,early,"
+                                  f"onpolicy-seed0), or point {load.RESULTS_ENV} at the folder holding them "
+                                  f"(tsanalysis's default --out is results/analysis/<eval dir>/support/)")
     folder = max(found, key=lambda f: f.mtime)
     tables = {name: folder.table(name) for name in SUPPORT_TABLES if name in folder.tables}
     print(f"support tables from {folder.path}: {', '.join(sorted(tables))}")
