@@ -8,6 +8,7 @@ cited ones): numbers that no longer match are logged and listed in a line under 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -22,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from contracts.commands import pct, points
-from contracts.files import atomic_write_text
-from demo.common import REPO, Log, machine, relay_rows
+from contracts.files import atomic_write_json, atomic_write_text
+from demo.common import Log, code_commit, machine, relay_rows
 from demo.miniature import t975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.premise_budget import (EXTENSION, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget, eval_name,
@@ -66,6 +67,34 @@ def _one_solution_percent(p: Page, point: str) -> float:
 _RUN = "`python -m demo --premise` at commit eac852d"
 
 
+def _per_seed(p: Page) -> dict[str, np.ndarray]:
+    """{method: pass@K per training seed} from the page's "pass@K per seed:" line."""
+    line = next(x for x in p.sentences if re.match(r"pass@\d+ per seed: ", x))
+    out = {}
+    for part in line.split(":", 1)[1].split(";"):
+        name, vals = part.strip().rstrip(".").split(" ", 1)
+        out[name] = np.array([float(v) for v in vals.split(",")])
+    return out
+
+
+def _bonferroni(p: Page, method: str | None = None) -> list[float]:
+    """The Bonferroni-adjusted 95 % t-interval of ``method``'s pass@K − on-policy's (paired by seed) over every
+    method of the per-seed line (``render_simultaneous``'s, from the page); ``method`` None: [the per-comparison
+    level %, t, seeds]."""
+    seeds = _per_seed(p)
+    base = seeds.pop("onpolicy")
+    m, n = len(seeds), len(base)
+    t = simultaneous_t(n - 1, m)
+    if method is None:
+        return [100 * (1 - 0.05 / m), t, n]
+    d = seeds[method] - base
+    hw = t * float(np.std(d, ddof=1)) / math.sqrt(n)
+    return [float(d.mean()) - hw, float(d.mean()) + hw]
+
+
+_BONFERRONI = "the methods' pass@K minus on-policy's per seed (the page's per-seed line), Bonferroni over its methods"
+
+
 NOTES_SOURCES: tuple[Source, ...] = (
     Derived("pass@1 +3.5, pass@64 −2.5", "early − warm-up pass@k at k = 1 and the largest k",
             lambda p: [_passk(p).num(k, "early") - _passk(p).num(k, "warmup") for k in ("1", _passk(p).rows[-1][0])]),
@@ -81,7 +110,21 @@ NOTES_SOURCES: tuple[Source, ...] = (
     Cited("about 23 s, so scoring the four intermediate checkpoints of every run is about 35 of the 91.4 minutes",
           f"the Cost table's methods stage (4707 s wall) minus its 23 runs' training wall s in timings.json of {_RUN} "
           "(2091 s), over their 115 scorings; 92 of them intermediate"),
+    Derived("(each interval at 99.29 %, t = 11.77 over 3 seeds)", _BONFERRONI, lambda p: _bonferroni(p)),
+    Derived("the ratio rule's is [−10.1, +23.4]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_ratio")),
+    Derived("LUFFY's [−14.3, +33.3]", _BONFERRONI, lambda p: _bonferroni(p, "luffy")),
+    Cited("+3.4 ± 14.6", "docs/exploration.md, table *Along training*, the ratio rule's \"vs on-policy at matched "
+          "pass@1\" (its runs continued to 100 steps, commit b544d47)"),
 )
+
+# docs/exploration.md (the premise regime with other rows): its notes' derived numbers
+EXPLORATION_SOURCES: tuple[Source, ...] = (
+    Derived("(Bonferroni, each interval at 99.44 %, t = 13.36 over 3 seeds)", _BONFERRONI, lambda p: _bonferroni(p)),
+    Derived("Clip-Cov's pass@64 difference is [-21.5, -2.1]", _BONFERRONI, lambda p: _bonferroni(p, "clip_cov")),
+    Derived("KL-Cov's, [-49.8, +23.8]", _BONFERRONI, lambda p: _bonferroni(p, "kl_cov")),
+    Derived("Bonferroni-adjusted [-9.4, +33.1]", _BONFERRONI, lambda p: _bonferroni(p, "passk")),
+)
+PAGE_SOURCES = {"premise.md": NOTES_SOURCES, "exploration.md": EXPLORATION_SOURCES}
 
 
 _pct = partial(pct, unit="", missing="")   # a table cell or a number whose text says %: contracts.commands.pct
@@ -139,6 +182,19 @@ def support_reading(support: pd.DataFrame, k: int) -> str:
     return text + " (expected counts from each problem's unbiased pass@k)."
 
 
+def _which_final(curves: pd.DataFrame, relay: pd.DataFrame | None, K: int) -> str:
+    """Which samples of the final checkpoint the support table uses, and how far they are from the relay table's."""
+    text = ("\"final\" in this table is the evaluation's samples of the final checkpoint (the pass@k table "
+            "above)")
+    if relay is None or K not in set(relay["k"]):
+        return text + "."
+    ev = float(curves[(curves["model"] == "final") & (curves["k"] == K)]["pass"].iloc[0])
+    own = float(relay[relay["k"] == K]["final"].iloc[0])
+    return (text + f"; the relay table's \"final only\" is the relay run's own draw of the same model: pass@{K} "
+            f"{_pct(ev)} % here against {_pct(own)} % there ({points(ev - own)} points, two independent samples "
+            "of one model), so relay − final reads differently in the two tables by that much.")
+
+
 def render_seed_lift(summary: pd.DataFrame | None, run: str) -> list[str]:
     """Issue #26's restart values in a few lines (``tsanalysis seeds``'s summary of the ratio run)."""
     if summary is None or summary.empty:
@@ -165,9 +221,56 @@ def figure_dir(doc: Path) -> Path:
     return Path(doc).parent / Path(doc).stem
 
 
-def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None = None,
-                title: str | None = None) -> str:
+# what the page reads besides analyse's tables, copied into the tables folder (``collect_inputs``) so that the
+# folder alone renders the page: a page's committed ``<page>/tables/`` is re-rendered by tests/demo/test_pages.py
+INPUTS = {"warmup_summary.json": Path("warmup") / "warmup_summary.json", "stages.json": Path(STAGES),
+          "timings.json": Path(TIMINGS), "extension.json": Path(EXTENSION)}
+PAGE_JSON = "page.json"     # the page's command, title, budget and provenance (machine, commit, when, from where)
+MEASURED = "measured.json"  # written by demo.premise before its analysis: the machine and commit that measured it
+
+
+def collect_inputs(out: Path) -> Path:
+    """Copy what ``render_page`` reads besides the tables into ``out/tables`` (the held-out split as
+    ``heldout_solutions.csv``: each problem's number of solutions); returns the tables folder."""
     tdir = out / "tables"
+    tdir.mkdir(parents=True, exist_ok=True)
+    for name, src in INPUTS.items():
+        if (out / src).is_file():
+            shutil.copyfile(out / src, tdir / name)
+        else:
+            (tdir / name).unlink(missing_ok=True)
+    held = [json.loads(x) for x in (out / "data" / "heldout.jsonl").read_text().splitlines()]
+    pd.DataFrame({"problem_id": [r["id"] for r in held], "n_solutions": [r["n_solutions"] for r in held]}).to_csv(
+        tdir / "heldout_solutions.csv", index=False)
+    return tdir
+
+
+def page_record(out: Path, b: PremiseBudget, *, command: str, title: str | None) -> dict:
+    """``page.json``: what ``render_page`` needs beyond the tables. The machine and commit are those that measured
+    the runs (``measured.json``, written before the analysis stage), else this process's (a run folder from before
+    they were recorded); ``written`` is now."""
+    measured = json.loads((out / MEASURED).read_text()) if (out / MEASURED).is_file() else {}
+    return {"command": command, "title": title, "budget": dataclasses.asdict(b),
+            "machine": measured.get("machine") or machine(threads=False),
+            "commit": measured.get("commit") or code_commit(),
+            "written": time.strftime("%Y-%m-%d %H:%M"), "out": "runs/premise" if _default_out(out) else str(out)}
+
+
+def read_page_record(tdir: Path) -> tuple[PremiseBudget, dict]:
+    """(the budget, the record) of a tables folder's ``page.json``."""
+    rec = json.loads((Path(tdir) / PAGE_JSON).read_text())
+    return PremiseBudget(**rec["budget"]), rec
+
+
+def _json(tdir: Path, name: str) -> dict:
+    return json.loads((tdir / name).read_text()) if (tdir / name).is_file() else {}
+
+
+def render_page(tdir: Path, b: PremiseBudget, *, record: dict, doc: Path | None = None) -> str:
+    """The page's generated part from the tables folder ``tdir`` alone (``collect_inputs`` put the rest there)
+    and its ``page.json`` record (``page_record``)."""
+    tdir = Path(tdir)
+    command, title = record["command"], record.get("title")
     curves = pd.read_csv(tdir / "passk_curves.csv")
     diff = pd.read_csv(tdir / "passk_diff.csv")
     cross = json.loads((tdir / "crossover.json").read_text())
@@ -177,16 +280,16 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
     relay = pd.read_csv(tdir / "relay_passk.csv") if (tdir / "relay_passk.csv").is_file() else None
     support = pd.read_csv(tdir / "support.csv") if (tdir / "support.csv").is_file() else None
     lift = pd.read_csv(tdir / "seed_lift_summary.csv") if (tdir / "seed_lift_summary.csv").is_file() else None
-    wsum = json.loads((out / "warmup" / "warmup_summary.json").read_text())
-    stages = json.loads((out / STAGES).read_text()) if (out / STAGES).is_file() else {}
-    timings = json.loads((out / TIMINGS).read_text()) if (out / TIMINGS).is_file() else {}
+    wsum = _json(tdir, "warmup_summary.json")
+    stages = _json(tdir, "stages.json")
+    timings = _json(tdir, "timings.json")
     ks = sorted(curves["k"].unique())
     K = int(max(ks))
-    held = [json.loads(x) for x in (out / "data" / "heldout.jsonl").read_text().splitlines()]
-    ns = np.array([r["n_solutions"] for r in held])
+    held = pd.read_csv(tdir / "heldout_solutions.csv")
+    ns = held["n_solutions"].to_numpy()
     doc = Path(doc) if doc is not None else COMMITTED_PAGE
     rel = os.path.relpath(figure_dir(doc), doc.parent)
-    extension = json.loads((out / EXTENSION).read_text()) if (out / EXTENSION).is_file() else None
+    extension = _json(tdir, "extension.json") or None
     lines = [
         f"# {title or 'The premise in miniature: on-policy RL narrows the policy, and the relay'}",
         "",
@@ -276,7 +379,10 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
             "",
             f"Early = on-policy seed 0 after {b.early_step} steps, final = after {b.total_steps}; cut 0.5 of the "
             f"early response's tokens; n = {b.relay_n} relay and {b.relay_n} final-only samples per problem "
-            "(`tsanalysis.relay`); interval: paired bootstrap over problems.",
+            "(`tsanalysis.relay`); interval: paired bootstrap over problems. \"final only\" here is the final "
+            "checkpoint's own samples that the relay run draws beside its relay samples (same problems, same seeds "
+            "scheme), not the evaluation's samples of the tables above and of the support table below; the two "
+            "sets are independent draws of one model, so their pass@k differ by sampling noise.",
             "",
             f"![relay minus final]({rel}/premise_relay.png)",
             "",
@@ -288,7 +394,8 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
                       f"[{points(big['diff_low'])}, {points(big['diff_high'])}]**.", ""]
     if support is not None:
         lines += ["## What RL lost and the relay recovers, problem by problem (`tsanalysis support`)", "",
-                  *render_support(support, K), "", support_reading(support, K), ""]
+                  *render_support(support, K), "", support_reading(support, K), "",
+                  _which_final(curves, relay, K), ""]
     lines += ["## Restart value of the seeds (`tsanalysis seeds`, Thinking Seeds ratio run, seed 0)", "",
               *render_seed_lift(lift, eval_name("seeds_ratio", 0)), ""]
     if lift is not None:
@@ -330,6 +437,13 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
             f"{_mean_t(d[f'pass@{K}'])} | {_mean_t(vs, signed=True) if vs else '–'} | "
             f"{_mean_t(d['distinct_correct'], scale=1.0, digits=2)} | "
             f"{', '.join(_kx(x) for x in d['crossover_k'])} | {f'{np.mean(walls):.0f}' if walls else ''} |")
+    lines += render_simultaneous(methods, b, K)
+    cov = methods.dropna(subset=["cov_selected_share"]) if "cov_selected_share" in methods else methods.iloc[:0]
+    if len(cov):
+        lines += ["Tokens the covariance rule touched (share of each update's loss tokens, mean over updates and "
+                  "seeds; Clip-Cov zeroes their loss, KL-Cov penalises them): " + "; ".join(
+                      f"{METHODS[m].paper} {100 * d['cov_selected_share'].mean():.2f} %"
+                      for m, d in cov.groupby("method", sort=False)) + ".", ""]
     per_seed = methods.pivot_table(index="method", columns="seed", values=f"pass@{K}")
     lines += ["", f"pass@{K} per seed: " + "; ".join(
         f"{m} " + ", ".join(_pct(v) for v in per_seed.loc[m].dropna()) for m in method_list(b) if m in per_seed.index),
@@ -344,10 +458,49 @@ def render_page(out: Path, b: PremiseBudget, *, command: str, doc: Path | None =
         lines.append(f"| {name} | {s['wall_s']:.0f} | {s['cpu_s']:.0f} | {s.get('note', '')} |")
     lines += [f"| **total** | {total_w:.0f} | {sum(s.get('cpu_s', 0) for s in stages.values()):.0f} | "
               f"{total_w / 60:.1f} minutes |", "",
-              f"{machine(threads=False)}; training used "
-              f"{', '.join(sorted({str(t['threads']) for t in timings.values()})) or '?'} torch thread(s). Written "
-              f"{time.strftime('%Y-%m-%d %H:%M')} from `{'runs/premise' if _default_out(out) else out}`.", ""]
+              f"{record['machine']}; training used "
+              f"{', '.join(sorted({str(t['threads']) for t in timings.values()})) or '?'} torch thread(s). Measured "
+              f"with the code of commit {record['commit'] or '(unknown)'}; written {record['written']} from "
+              f"`{record['out']}`; the tables behind every number are in `{rel}/tables/` "
+              "(`tests/demo/test_pages.py` recomputes the page from them).", ""]
     return "\n".join(lines)
+
+
+def simultaneous_t(df: int, m: int, level: float = 0.95) -> float:
+    """The Student t quantile of a Bonferroni-adjusted two-sided interval: each of ``m`` intervals at level
+    1 − (1 − level)/m, so all ``m`` cover together with probability >= ``level`` (scipy.stats.t)."""
+    from scipy.stats import t as student_t
+    return float(student_t.ppf(1 - (1 - level) / (2 * m), df))
+
+
+def render_simultaneous(methods: pd.DataFrame, b: PremiseBudget, K: int) -> list[str]:
+    """The methods' paired differences to on-policy with Bonferroni-adjusted 95 % t-intervals over the m methods
+    compared (a difference called non-zero must exclude 0 here, not only in the table's per-comparison intervals)."""
+    base = methods[methods["method"] == "onpolicy"].set_index("seed")
+    rows = []
+    for method in method_list(b):
+        d = methods[(methods["method"] == method) & methods["seed"].isin(base.index)]
+        if method == "onpolicy" or len(d) < 2:
+            continue
+        rows.append((method, [d[c].to_numpy() - base.loc[d["seed"], c].to_numpy() for c in ("pass@1", f"pass@{K}")]))
+    if not rows:
+        return []
+    m = len(rows)
+    lines = [f"Over the {m} comparisons with on-policy, Bonferroni-adjusted intervals (each at "
+             f"{100 * (1 - 0.05 / m):.2f} %, all {m} together at >= 95 %; t = "
+             f"{simultaneous_t(len(rows[0][1][0]) - 1, m):.2f} for {len(rows[0][1][0])} seeds):", "",
+             f"| method | pass@1 vs on-policy [adjusted] | pass@{K} vs on-policy [adjusted] | excludes 0 |",
+             "|---|---|---|---|"]
+    for method, diffs in rows:
+        cells, excl = [], []
+        for v in diffs:
+            mean, sd = float(np.mean(v)), float(np.std(v, ddof=1))
+            hw = simultaneous_t(len(v) - 1, m) * sd / math.sqrt(len(v))
+            cells.append(f"{points(mean)} [{points(mean - hw)}, {points(mean + hw)}]")
+            excl.append(mean - hw > 0 or mean + hw < 0)
+        said = [name for name, e in zip(("pass@1", f"pass@{K}"), excl) if e]
+        lines.append(f"| {METHODS[method].paper} | {cells[0]} | {cells[1]} | {', '.join(said) or 'neither'} |")
+    return lines + [""]
 
 
 def render_along_training(curve: pd.DataFrame, matched: pd.DataFrame, methods: pd.DataFrame, b: PremiseBudget,
@@ -439,18 +592,25 @@ def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str
     block and the hand-written notes of an existing page are kept (a new page elsewhere takes them from the
     committed ``docs/premise.md``, so a page under ``runs/`` reads complete, its stale numbers marked)."""
     command = command or ("python -m demo --premise" + ("" if _default_out(out) else f" --out {out}"))
-    page = render_page(out, b, command=command, doc=doc, title=title)
+    tdir = collect_inputs(out)
+    record = page_record(out, b, command=command, title=title)
+    atomic_write_json(tdir / PAGE_JSON, record, indent=1)
+    page = render_page(tdir, b, record=record, doc=doc)
     fig_dir = figure_dir(doc)
     fig_dir.mkdir(parents=True, exist_ok=True)
     for f in (out / "figures").glob("premise_*.png"):
         shutil.copyfile(f, fig_dir / f.name)
+    # the tables beside the page (committed with it): the page's every number is recomputable from them
+    if fig_dir.resolve() != tdir.parent.resolve():
+        shutil.rmtree(fig_dir / "tables", ignore_errors=True)
+        shutil.copytree(tdir, fig_dir / "tables")
     old = doc.read_text() if doc.is_file() else (COMMITTED_PAGE.read_text() if COMMITTED_PAGE.is_file() else "")
     grid = (old[old.index(GRID_START):old.index(GRID_END) + len(GRID_END)] if GRID_START in old and GRID_END in old
             else f"{GRID_START}\n(run `python -m demo.premise_search --write-grid` to fill this section)\n{GRID_END}")
     page = page.rstrip("\n") + "\n\n## Grid searched\n\n" + grid + "\n"
     if NOTES_HEADING in old:
         page += "\n" + old[old.index(NOTES_HEADING):]
-    page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
+    page, stale = mark(page, NOTES_HEADING, PAGE_SOURCES.get(doc.name, NOTES_SOURCES))
     if stale:
         log(warning(stale, doc=doc, heading=NOTES_HEADING, sources_in="demo/premise_page.py"))
     atomic_write_text(doc, page)

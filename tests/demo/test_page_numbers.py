@@ -16,8 +16,8 @@ from demo.page_numbers import STALE_LINE, Cited, audit, clean, mark, mentions, p
 
 PAGES = {"miniature": (REPO / "docs" / "miniature.md", miniature.NOTES_HEADING, miniature.NOTES_SOURCES),
          "premise": (REPO / "docs" / "premise.md", premise_page.NOTES_HEADING, premise_page.NOTES_SOURCES),
-         # the premise regime with other rows (python -m demo.premise --doc docs/exploration.md): only table cells
-         "exploration": (REPO / "docs" / "exploration.md", premise_page.NOTES_HEADING, ())}
+         # the premise regime with other rows (python -m demo.premise --doc docs/exploration.md)
+         "exploration": (REPO / "docs" / "exploration.md", premise_page.NOTES_HEADING, premise_page.EXPLORATION_SOURCES)}
 
 
 def _page(name: str) -> tuple[str, str, str, tuple]:
@@ -154,7 +154,10 @@ def test_the_miniature_writer_marks_stale_numbers(tmp_path, capsys):
 def test_the_premise_writer_marks_stale_numbers(tmp_path, monkeypatch):
     generated, notes, heading, _ = _page("premise")
     before_grid = generated[:generated.index("## Grid searched")]
-    monkeypatch.setattr(premise_page, "render_page", lambda out, b, **kw: before_grid)
+    monkeypatch.setattr(premise_page, "render_page", lambda tables, b, **kw: before_grid)
+    (tmp_path / "tables").mkdir()
+    monkeypatch.setattr(premise_page, "collect_inputs", lambda out: tmp_path / "tables")
+    monkeypatch.setattr(premise_page, "page_record", lambda out, b, **kw: {})
     doc, logs = tmp_path / "premise.md", []
     doc.write_text(generated + _edit(notes, "k = 9.3 [4.1, 46.7]", "k = 9.3 [4.1, 31.4]"))
     page = premise_page.write_page(tmp_path / "out", premise_page.PREMISE, doc=doc, log=logs.append)
