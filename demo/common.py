@@ -235,6 +235,22 @@ def auto_threads() -> tuple[int, str]:
     return 1, f"{busy:.1f} of {cores} cores busy with other jobs"
 
 
+def code_commit() -> str | None:
+    """The short commit of the code this process runs, with ``+changes`` when tracked files differ from it; None
+    outside a git checkout (a page names the commit that measured it)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def machine(*, threads: bool = True) -> str:
     """The machine in one line (CPU, cores, torch, threads of this process, load average now)."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3

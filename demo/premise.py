@@ -65,10 +65,11 @@ from contracts.files import atomic_write_json, atomic_write_jsonl
 from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from contracts.samples import read_samples
-from demo.common import REPO, DemoError, Log, Timings, auto_threads, claim_out, read_metrics, run_config, train_run
+from demo.common import (DemoError, Log, Timings, auto_threads, claim_out, code_commit, machine, read_metrics,
+                         run_config, train_run)
 from demo.premise_budget import (BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget, curve_name,
                                  curve_steps, eval_name, extension_steps, long_name, method_list)
-from demo.premise_page import write_page
+from demo.premise_page import MEASURED, write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
                                 per_problem)
 from eval.config import EvalConfig
@@ -390,12 +391,17 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     ks = k_grid(b.eval_n)
     nsol = {r["id"]: r["n_solutions"] for r in map(json.loads, (out / "data" / "heldout.jsonl").read_text().splitlines())}
 
-    def model(name):
+    counts: list[pd.DataFrame] = []   # per (model, problem): n, correct, distinct; every table's source (committed)
+
+    def model(name, keep=False):
         rows = read_eval(root, name)
         n, c, ids, m = per_problem(rows, ks)
-        return {"ids": ids, "n": n, "c": c, "m": m, "distinct": distinct_correct(rows)}
+        d = distinct_correct(rows)
+        if keep:
+            counts.append(pd.DataFrame({"model": name, "problem_id": ids, "n": n, "correct": c, "distinct": d}))
+        return {"ids": ids, "n": n, "c": c, "m": m, "distinct": d}
 
-    base = {"warmup": model("warmup"), "early": model("early"), "final": model(eval_name("onpolicy", 0))}
+    base = {"warmup": model("warmup", True), "early": model("early", True), "final": model(eval_name("onpolicy", 0))}
     ids = base["warmup"]["ids"]
     assert all(v["ids"] == ids for v in base.values()), "warm-up, early and final were scored on other problems"
     curves = pd.DataFrame(curve_table({k: v["m"] for k, v in base.items()}, ks))
@@ -426,6 +432,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
             v = model(eval_name(method, seed))
             if v["ids"] != ids:
                 continue   # not every problem scored yet
+            model(eval_name(method, seed), keep=True)
             per_run[(method, seed)] = v["m"]
             run_dir = out / "runs" / eval_name(method, seed)
             m = read_metrics(run_dir)
@@ -435,6 +442,7 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
                           "crossover_k": crossover_k(ks, (v["m"] - base["warmup"]["m"]).mean(axis=0)),
                           "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m),
                           "train_cpu_s": timings.get(eval_name(method, seed), {}).get("cpu_s", math.nan),
+                          "cov_selected_share": _cov_share(m),
                           **_tokens(m, b.total_steps)})
             scored = [st for st in curve_steps(b)
                       if (root / curve_name(method, seed, st) / "countdown.jsonl").is_file()]
@@ -466,15 +474,24 @@ def analyse(out: Path, b: PremiseBudget, *, log: Log) -> dict:
     ent_run = out / "runs" / eval_name("onpolicy", 0)
     tables["entropy_positions"] = pd.DataFrame(entropy_by_position(ent_run, max_pos=b.max_response_tokens),
                                                columns=["step", "position", "entropy", "tokens"])
-    rel = out / "analysis" / "relay" / RELAY_TAG / "relay_passk.csv"
-    if rel.is_file():
-        tables["relay_passk"] = pd.read_csv(rel)
+    tables["per_problem"] = pd.concat(counts, ignore_index=True)
+    rel = out / "analysis" / "relay" / RELAY_TAG
+    for name in ("relay_passk", "relay_problems"):
+        if (rel / f"{name}.csv").is_file():
+            tables[name] = pd.read_csv(rel / f"{name}.csv")
     tables.update(support_and_lift(out, b, log=log))
     for name, df in tables.items():
         df.to_csv(tdir / f"{name}.csv", index=False)
     atomic_write_json(tdir / "crossover.json", cross)
     log(f"tables: {', '.join(sorted(tables))}, crossover -> {tdir}")
     return {**tables, "crossover": cross}
+
+
+def _cov_share(metrics: list[dict]) -> float:
+    """Mean over a run's updates of the share of loss tokens Clip-Cov zeroes or KL-Cov penalises
+    (``clip_cov/selected_share``, ``kl_cov/selected_share``); NaN for the other methods."""
+    vals = [x[k] for x in metrics for k in ("clip_cov/selected_share", "kl_cov/selected_share") if k in x]
+    return float(np.mean(vals)) if vals else math.nan
 
 
 def support_and_lift(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, pd.DataFrame]:
@@ -571,6 +588,8 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
             ext = extend_runs(out, b, data=data, extend_to=extend_to, log=log)
             st["note"] = (f"{len(ext['runs'])} runs continued past step {b.total_steps} (at most to {extend_to}), "
                           f"each new checkpoint scored")
+    # the machine and code that measured this folder, for the page (demo.premise_page.page_record)
+    atomic_write_json(out / MEASURED, {"machine": machine(threads=False), "commit": code_commit()}, indent=1)
     with t.stage("analysis + figures", log) as st:
         tables = analyse(out, b, log=log)
         figs = draw(out, log=log)

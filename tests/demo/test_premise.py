@@ -163,6 +163,21 @@ def toy(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_the_toy_page_is_recomputed_from_the_tables_written_beside_it(toy):
+    """write_page copies the tables folder beside the page (``<page>/tables/``, with page.json): the page's generated
+    part is what that folder alone renders, and its statistics are what its per-problem counts give."""
+    from tests.helpers.pages import generated_part, recompute, rerender
+
+    out, doc, _, _ = toy
+    tdir = doc.parent / "premise" / "tables"
+    assert {"page.json", "per_problem.csv", "relay_problems.csv", "heldout_solutions.csv",
+            "warmup_summary.json"} <= {p.name for p in tdir.iterdir()}
+    assert rerender(doc) == generated_part(doc.read_text())
+    assert recompute(tdir) == []
+    assert sum(p.stat().st_size for p in tdir.iterdir()) < 500_000     # kilobytes, to commit
+
+
+@pytest.mark.slow
 def test_toy_regime_writes_every_table_figure_and_the_page(toy):
     out, doc, res, _ = toy
     for name in ("passk_curves", "passk_diff", "distinct", "methods", "entropy_positions", "relay_passk", "support",

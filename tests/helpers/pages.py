@@ -1,0 +1,137 @@
+"""A measured page against the tables committed beside it (issue #39 item 6).
+
+``demo.premise_page.write_page`` copies the tables folder a page was rendered from into ``<page>/tables/``. Two
+checks, shared by the committed pages' test and the toy regime's:
+
+- ``rerender``: the page's generated part (everything above *Grid searched*) is what ``render_page`` writes from
+  that folder alone, so every formatted number (means, t-intervals, Bonferroni intervals, crossovers, support
+  counts, the cost table) comes from the committed tables;
+- ``recompute``: the statistical tables themselves are recomputed from the per-problem counts (``per_problem.csv``:
+  n, correct and distinct solutions of every scored model on every problem; ``relay_problems.csv``) with the
+  project's estimators (``contracts.passk``, ``demo.premise_stats``, ``tsanalysis.core.support``, the relay's
+  ``pass_k_table``) and compared value by value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from contracts.passk import bootstrap_ci, k_grid, passk_matrix
+from demo.premise_budget import eval_name, method_list
+from demo.premise_page import figure_dir, read_page_record, render_page
+from demo.premise_stats import N_BOOT, crossover_k, crossover_table, curve_table
+from tsanalysis.config import SupportConfig
+from tsanalysis.core.support import support_rows
+from tsanalysis.relay import pass_k_table
+
+GRID = "\n## Grid searched"
+
+
+def generated_part(page: str) -> str:
+    """The part of a page ``render_page`` writes (the grid block and the hand-written notes follow it)."""
+    return page[:page.index(GRID)].rstrip("\n")
+
+
+def rerender(doc: Path) -> str:
+    """``doc``'s generated part rendered again from ``<doc>/tables`` (``figure_dir``) and its ``page.json``."""
+    tdir = figure_dir(doc) / "tables"
+    b, record = read_page_record(tdir)
+    return render_page(tdir, b, record=record, doc=doc).rstrip("\n")
+
+
+def _counts(tdir: Path) -> dict[str, pd.DataFrame]:
+    pp = pd.read_csv(tdir / "per_problem.csv", dtype={"problem_id": str})
+    return {m: d.sort_values("problem_id", key=lambda s: s.astype(str)) for m, d in pp.groupby("model")}
+
+
+def _close(what: str, got, want, bad: list[str], tol: float = 1e-9) -> None:
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=0, atol=tol, equal_nan=True):
+        bad.append(f"{what}: recomputed {np.round(got, 6).tolist()} but the table says {np.round(want, 6).tolist()}")
+
+
+def recompute(tdir: Path) -> list[str]:
+    """Every statistic of the tables folder ``tdir`` recomputed from its per-problem counts; the mismatches (none
+    when the tables are what their counts give)."""
+    tdir = Path(tdir)
+    b, _ = read_page_record(tdir)
+    ks = k_grid(b.eval_n)
+    counts = _counts(tdir)
+    mats = {m: passk_matrix(d["n"].to_numpy(), d["correct"].to_numpy(), ks) for m, d in counts.items()}
+    final = eval_name("onpolicy", 0)
+    base = {"warmup": mats["warmup"], "early": mats["early"], "final": mats[final]}
+    bad: list[str] = []
+    # pass@k curves with their bootstrap intervals
+    curves = pd.read_csv(tdir / "passk_curves.csv")
+    want = curves.sort_values(["model", "k"])
+    got = pd.DataFrame(curve_table(base, ks)).sort_values(["model", "k"])
+    for col in ("pass", "low", "high"):
+        _close(f"passk_curves.{col}", got[col], want[col], bad)
+    # crossovers and the paired differences to the warm-up
+    cross = json.loads((tdir / "crossover.json").read_text())
+    diff = pd.read_csv(tdir / "passk_diff.csv")
+    for name in ("early", "final"):
+        ct = crossover_table(base["warmup"], base[name], ks)
+        for key in ("crossover_k", "low", "high", "frac_within_grid"):
+            _close(f"crossover.{name}.{key}", ct[key], cross[name][key], bad)
+        mine = pd.DataFrame(ct["per_k"])
+        theirs = diff[diff["model"] == name]
+        for col in ("diff", "low", "high"):
+            _close(f"passk_diff.{name}.{col}", mine[col], theirs[col], bad)
+    # distinct correct solutions per problem, and the share of the solver's solutions
+    held = pd.read_csv(tdir / "heldout_solutions.csv", dtype={"problem_id": str}).set_index("problem_id")
+    distinct = pd.read_csv(tdir / "distinct.csv").set_index("model")
+    for name, key in (("warmup", "warmup"), ("early", "early"), ("final", final)):
+        d = counts[key]
+        ns = held.loc[d["problem_id"], "n_solutions"].to_numpy()
+        est, lo, hi = bootstrap_ci(d["distinct"].to_numpy(dtype=float), n_boot=N_BOOT)
+        cov = bootstrap_ci(d["distinct"].to_numpy() / ns, n_boot=N_BOOT)
+        r = distinct.loc[name]
+        _close(f"distinct.{name}", [est, lo, hi, cov[0], (d["correct"] > 0).mean()],
+               [r["distinct_correct"], r["low"], r["high"], r["coverage"], r["solved"]], bad)
+    # the methods table: each run's pass@k, distinct solutions and crossover against the warm-up
+    methods = pd.read_csv(tdir / "methods.csv")
+    for _, r in methods.iterrows():
+        name = eval_name(r["method"], int(r["seed"]))
+        m = mats[name]
+        _close(f"methods.{name}", [*m.mean(axis=0), counts[name]["distinct"].mean(),
+                                   crossover_k(ks, (m - base["warmup"]).mean(axis=0))],
+               [*(r[f"pass@{k}"] for k in ks), r["distinct_correct"], r["crossover_k"]], bad)
+    if set(methods["method"]) - set(method_list(b)):
+        bad.append(f"methods.csv has rows of methods the budget does not run: {set(methods['method'])}")
+    # the relay, from its per-problem counts
+    if (tdir / "relay_problems.csv").is_file():
+        rp = pd.read_csv(tdir / "relay_problems.csv")
+        got = pass_k_table(rp["n"], rp["early_correct"], rp["relay_correct"], rp["final_correct"], seed=0)
+        want = pd.read_csv(tdir / "relay_passk.csv")
+        for col in ("early", "relay", "final", "diff", "diff_low", "diff_high"):
+            _close(f"relay_passk.{col}", got[col], want[col], bad)
+    # the support table: expected problems gained, lost and kept per pair of models, at every k
+    if (tdir / "support.csv").is_file():
+        support = pd.read_csv(tdir / "support.csv")
+        rel = pd.read_csv(tdir / "relay_problems.csv", dtype={"problem_id": str}) if (
+            tdir / "relay_problems.csv").is_file() else None
+        cfg = SupportConfig(eval_dir=tdir)
+        for (a, z), want in support.groupby(["from", "to"], sort=False):
+            pa, pz = (_support_matrix(x, counts, rel, final) for x in (a, z))
+            kk = k_grid(int(min(pa[0].min(), pz[0].min())))
+            got = pd.DataFrame(support_rows(passk_matrix(*pa, kk), passk_matrix(*pz, kk), kk, n_boot=cfg.n_boot,
+                                            seed=cfg.seed))
+            for col in ("gained", "gained_low", "gained_high", "lost", "lost_low", "lost_high", "kept", "net",
+                        "net_low", "net_high"):
+                _close(f"support.{a}->{z}.{col}", got[col], want[col], bad)
+    return bad
+
+
+def _support_matrix(model: str, counts: dict[str, pd.DataFrame], relay: pd.DataFrame | None, final: str):
+    """(n, correct) per problem of a support table's model, problems in id order as ``tsanalysis support`` reads
+    them (the relay's from its per-problem results)."""
+    if model == "relay":
+        d = relay.sort_values("problem_id")
+        return d["n"].to_numpy(), d["relay_correct"].to_numpy()
+    d = counts[final if model == "final" else model]
+    return d["n"].to_numpy(), d["correct"].to_numpy()
