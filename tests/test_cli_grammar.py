@@ -207,7 +207,7 @@ def test_run_command_maps_input_errors_and_passes_system_exit(capsys):
 # ---- every entry point, as a user starts it -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_every_entry_point_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
-    """Eight processes, started together (each is mostly imports)."""
+    """Ten processes, started together (each is mostly imports)."""
     py = sys.executable
     missing = "nobody/no-such-model"
     cases = {
@@ -225,6 +225,10 @@ def test_every_entry_point_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
                          "--seeds must be >= 1"),
         "demo.premise --extend-to": ([py, "-m", "demo.premise", "--extend-to", "40", "--out",
                                       str(tmp_path / "premise")], "--extend-to 40: give a step count of at least"),
+        "figures.make_all": ([py, "-m", "figures.make_all", str(tmp_path), "--dpi", "0", "--out",
+                              str(tmp_path / "figs")], "--dpi 0"),
+        "figures.notebook": ([py, "-m", "figures.notebook", "no_such_notebook", str(tmp_path), "--out",
+                              str(tmp_path / "nb")], "no_such_notebook"),
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"}
     env.pop(DEBUG_ENV, None)
@@ -234,7 +238,7 @@ def test_every_entry_point_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
         _, err = p.communicate(timeout=300)
         [line] = _error_lines(err)
         assert p.returncode == 2 and cases[name][1] in line, (name, err[-2000:])
-    assert not any((tmp_path / d).exists() for d in ("eval", "relay", "runs", "demo", "mini", "premise"))
+    assert not any((tmp_path / d).exists() for d in ("eval", "relay", "runs", "demo", "mini", "premise", "figs", "nb"))
 
 
 # ---- where the data comes from --------------------------------------------------------------------------------------
