@@ -61,7 +61,8 @@ __all__ = ["MissingResults", "ResultFolder", "COMMANDS", "HOW_TO", "RESULTS_ENV"
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_ENV = "THINKING_SEEDS_RESULTS"   # the one variable the notebooks read
 DEFAULT_RESULTS = "runs/demo"            # what `make demo` (python -m demo) writes: analysis/, tables/, figures/
-COMMANDS = ("positions", "truncation", "zero-adv", "mismatch", "relay", "support")   # support: figures.support
+COMMANDS = ("positions", "truncation", "zero-adv", "mismatch", "relay", "support",   # support: figures.support
+            "scaling")                                                             # scaling: figures.scaling
 PRUNE_DIRS = {"rollouts", "checkpoints", "trainer_state", ".git", "__pycache__", ".ipynb_checkpoints", "node_modules",
           ".venv"}
 

@@ -13,15 +13,19 @@
                           [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--top-k 0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
                           [--allow-unisolated] [--config FILE]
+    tsanalysis scaling    --run RUN_DIR,... --eval-dir DIR [--models PREFIX,...] [--checkpoints NAME=STEP,...]
+                          [--benchmarks a,b] [--compute tokens|wall] [--k K] [--n-boot N] [--seed S] [--out DIR]
+    tsanalysis scaling    --points FILE.csv [--compute tokens|wall] [--k K] [--out DIR] [--config FILE]
 
 Each command prints a short table and the paths it wrote (tables as Parquet and CSV, plus settings.json); the
 relay's pass@k, the truncation shares and the seeds' values print as percentages (lifts in points), the files
 keep fractions. ``--benchmarks`` is eval.run's flag (one name here: a relay folder holds one benchmark);
-``--benchmark`` still works, the old spelling. ``relay`` and ``support`` each read one validated config
-(``tsanalysis.config.RelayConfig``, ``SupportConfig``): their flags are generated from its fields (one per field,
+``--benchmark`` still works, the old spelling. ``relay``, ``support`` and ``scaling`` each read one validated
+config (``tsanalysis.config.RelayConfig``, ``SupportConfig``, ``ScalingConfig``): their flags are generated from its fields (one per field,
 the field's help), over an optional ``--config FILE`` (a flat YAML mapping of the fields).
 This module is only the command line: the analyses are ``tsanalysis.tables`` (functions returning DataFrames,
-for scripts, figures and tests), ``tsanalysis.relay.run_relay(cfg)`` and ``tsanalysis.support.support_tables(cfg)``.
+for scripts, figures and tests), ``tsanalysis.relay.run_relay(cfg)``, ``tsanalysis.support.support_tables(cfg)`` and
+``tsanalysis.scaling.scaling_tables(cfg)``.
 Exit status (``contracts.commands``, the grammar every command shares): bad input raises
 ``tsanalysis.errors.UsageError``, ``tsanalysis.io.RecordsError`` or ``contracts.config.ConfigError``, printed here
 as one ``error:`` line without a traceback (exit 2); a failure inside a command is one line, exit 1
@@ -43,7 +47,8 @@ from contracts.config import ConfigError, to_dict
 from contracts.records import parse_step_range
 
 from . import io
-from .config import RelayConfig, SupportConfig, add_flags, from_flags, validate_relay, validate_support
+from .config import (RelayConfig, ScalingConfig, SupportConfig, add_flags, from_flags, validate_relay,
+                     validate_scaling, validate_support)
 from .core import truncation as TR
 from .errors import UsageError
 from .tables import (lemma4_tables, mismatch_tables_for_run, positions_tables, seeds_tables, truncation_tables,
@@ -233,6 +238,59 @@ def _cmd_seeds(args) -> None:
     _finish(args, t, args.run_dir)
 
 
+def _ci(v: float, lo: float, hi: float, fmt: str = ".3g") -> str:
+    return f"{v:{fmt}}" if not (lo == lo and hi == hi) else f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def format_scaling(t: dict[str, pd.DataFrame], compute: str) -> str:
+    """The scaling fits as printed: one table per benchmark and score; A, R0 and RMSE in %, C_mid in compute units,
+    each with its 95 % interval where there is one; a fit without an identified asymptote prints its reason."""
+    from .scaling import COMPUTE_LABEL, NO_BENCHMARK
+
+    fits, out = t["fits"], []
+    for (bench, metric), d in fits.groupby(["benchmark", "metric"], sort=False):
+        shown = pd.DataFrame({
+            "method": d["method"], "seed": [("pooled" if pd.isna(x) else str(x)) for x in d["seed"]],
+            "points": d["points"],
+            "R0 %": [pct(r, unit="") + ("" if f else " (fit)") for r, f in zip(d["r0"], d["r0_fixed"])],
+            "A %": [_ci(100 * a, 100 * lo, 100 * hi, ".1f") for a, lo, hi in zip(d["A"], d["A_low"], d["A_high"])],
+            "C_mid": [_ci(c, lo, hi) for c, lo, hi in zip(d["C_mid"], d["C_mid_low"], d["C_mid_high"])],
+            "B": [_ci(b, lo, hi, ".2f") for b, lo, hi in zip(d["B"], d["B_low"], d["B_high"])],
+            "RMSE %": d["rmse"].map(lambda x: pct(x, digits=2, unit="")), "status": d["status"]})
+        where = "" if bench == NO_BENCHMARK else f"{bench}: "
+        out.append(f"{where}{metric} against {COMPUTE_LABEL[compute]} (R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B), "
+                   f"arXiv:2510.13786)\n" + shown.to_string(index=False))
+    notes = [f"{r['method']} {'pooled' if pd.isna(r['seed']) else 'seed ' + str(r['seed'])} {r['metric']}: {r['note']}"
+             for r in fits.to_dict("records") if r["status"] != "ok"]
+    if notes:
+        out.append("\n".join(notes))
+    fixed = fits.loc[fits["r0_fixed"], "r0"]
+    intervals = sorted(set(fits["interval"]))
+    out.append(("R0 fixed to the step-0 (warm-up) score of each fit" if len(fixed) else
+                "no step-0 point: R0 fitted") + "; 95 % intervals: " + "; ".join(intervals))
+    return "\n\n".join(out)
+
+
+def _cmd_scaling(args) -> None:
+    cfg = from_flags(ScalingConfig, args)
+    validate_scaling(cfg)
+    from .scaling import scaling_tables   # scipy: only this command needs it
+
+    tables = scaling_tables(cfg, log=_say)
+    print(format_scaling(tables, cfg.compute))
+    source = cfg.points if cfg.points is not None else (cfg.run[0] if len(cfg.run) == 1 else cfg.eval_dir)
+    name = Path(cfg.points).stem if cfg.points is not None else io.run_name(source)
+    out = Path(cfg.out) if cfg.out else io.default_out(name, "scaling")
+    fits = tables["fits"]
+    settings = {"command": args.command, "args": {"command": args.command, **to_dict(cfg)},
+                "source": str(Path(source).resolve()), "intervals": sorted(set(fits["interval"])),
+                "r0": ("fixed to the step-0 score" if fits["r0_fixed"].all() else
+                       "fitted (no step-0 point)" if not fits["r0_fixed"].any() else
+                       "fixed to the step-0 score where a fit has one, else fitted")}
+    paths = io.write_results(out, tables, settings)
+    print(f"\nwrote {len(paths)} files to {out}/: " + ", ".join(p.name for p in paths))
+
+
 def _say(line: str) -> None:
     """A library's progress line on stdout, its ``warning:`` lines on stderr."""
     print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
@@ -340,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bins", type=_positive_int, default=5, help="cut-depth bins over seed_len / source length")
     p.add_argument("--width", type=_positive_int, default=64, help="cut-depth bin width in seed tokens")
     p.set_defaults(func=_cmd_seeds)
+
+    p = sub.add_parser("scaling", help="score against compute of a run's checkpoints fitted with ScaleRL's sigmoid: "
+                                       "asymptote A or efficiency (C_mid, B)? (arXiv:2510.13786)")
+    add_flags(p, ScalingConfig)
+    p.set_defaults(func=_cmd_scaling)
 
     p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues",
                        epilog=EXIT_CODES_HELP)

@@ -1,12 +1,13 @@
-"""The configs of the two ``tsanalysis`` commands that read models or another command's files: ``RelayConfig``
-(``tsanalysis relay``, ``tsanalysis.relay.run_relay(cfg)``) and ``SupportConfig`` (``tsanalysis support``,
-``tsanalysis.support.support_tables(cfg)``).
+"""The configs of the ``tsanalysis`` commands that read models or another command's files: ``RelayConfig``
+(``tsanalysis relay``, ``tsanalysis.relay.run_relay(cfg)``), ``SupportConfig`` (``tsanalysis support``,
+``tsanalysis.support.support_tables(cfg)``) and ``ScalingConfig`` (``tsanalysis scaling``,
+``tsanalysis.scaling.scaling_tables(cfg)``).
 
 Each is one validated dataclass on the machinery eval's ``EvalConfig`` and the trainer's ``Config`` use
 (``contracts.config``): the command builds it from its flags (every field has one: ``--max-tokens 8`` is the
 shorthand of ``max_tokens: 8``) over an optional ``--config FILE`` (a flat YAML mapping of the fields; unknown keys
-are refused with a close match, values coerced to each field's type), then ``validate_relay`` / ``validate_support``
-check it before anything is read or loaded: a bad value is one line naming the flag and what to do (exit 2). A
+are refused with a close match, values coerced to each field's type), then ``validate_relay`` / ``validate_support`` /
+``validate_scaling`` check it before anything is read or loaded: a bad value is one line naming the flag and what to do (exit 2). A
 config built in Python (the demo, the tests) goes through the same validation: ``run_relay`` and ``support_tables``
 call it first. Each field's help text below is its one description: the commands' ``--help`` is generated from it
 (``add_flags``), and choice fields are typed once as ``Literal`` (the engines from ``inference.names``, the templates
@@ -31,12 +32,13 @@ from scoring.templates import TEMPLATES
 
 from .errors import RelayError, UsageError
 
-__all__ = ["RelayConfig", "SupportConfig", "TemplateName", "Dtype", "FIELDS_DOC", "RELAY_MODEL", "validate_relay",
-           "validate_support", "relay_benchmark", "add_flags", "from_flags", "names", "pairs"]
+__all__ = ["RelayConfig", "SupportConfig", "ScalingConfig", "ComputeName", "TemplateName", "Dtype", "FIELDS_DOC", "RELAY_MODEL", "validate_relay",
+           "validate_support", "validate_scaling", "relay_benchmark", "add_flags", "from_flags", "names", "pairs"]
 
 FIELDS_DOC = "tsanalysis/config.py (or the command's --help)"
 TemplateName = Literal[tuple(TEMPLATES)]   # the prompt templates, derived from their one table
 Dtype = Literal["float32", "bfloat16", "float16"]
+ComputeName = Literal["tokens", "wall"]   # scaling: generated + prefilled tokens, or training wall seconds
 RELAY_MODEL = "relay"   # support: the model name of a relay folder's relay samples
 C = TypeVar("C")
 
@@ -103,6 +105,38 @@ class SupportConfig:
     n_boot: int = _f(N_BOOT, "bootstrap resamples of every interval")
     seed: int = _f(SEED, "bootstrap seed")
     out: str | None = _f(None, "output folder (default results/analysis/<eval dir>/support/)", metavar="DIR")
+
+
+@dataclass
+class ScalingConfig:
+    """Score against compute of a run's checkpoints, fitted with ScaleRL's sigmoid (``tsanalysis.scaling``)."""
+
+    # --- the points: checkpoints of runs scored by eval.run, or a table -----------------------------------------
+    run: list[str] | None = _f(None, "run folders written by trainer.train (their metrics.jsonl gives each "
+                                     "checkpoint's compute); one method and seed each, read from the folder name "
+                                     "<method>-seed<N>", metavar="RUN_DIR,...")
+    eval_dir: str | None = _f(None, "python -m eval.run's --out folder holding the checkpoints' scores "
+                                    "(<model>/<benchmark>.jsonl)", metavar="DIR")
+    models: list[str] | None = _f(None, "per run, the prefix of its checkpoints' model folders, each named "
+                                        "<prefix>-step<N> (N optimizer steps; default: the run's folder name)",
+                                  metavar="PREFIX,...")
+    checkpoints: dict[str, str] | None = _f(None, "more model folders and their steps, e.g. warmup=0 (the warm-up "
+                                                  "every run starts from: R0) or a run's final model "
+                                                  "onpolicy-seed0=40; a name of one run's folder goes to that "
+                                                  "run, any other to every run", metavar="NAME=STEP,...")
+    points: str | None = _f(None, "instead of runs: a CSV of scored checkpoints (columns method, seed, step, pass@1, "
+                                  "pass@k, k and the compute columns tokens_generated, tokens_prefilled or "
+                                  "train_wall_s; demo.premise's training_curve.csv)", metavar="FILE.csv")
+    benchmarks: list[str] | None = _f(None, "only these benchmarks of the eval folder", metavar="a,b")
+    # --- the fit --------------------------------------------------------------------------------------------------
+    compute: ComputeName = _f("tokens", "compute axis: tokens (generated + prefilled, summed over the steps "
+                                        "before the checkpoint) or wall (training seconds, time/step_s)")
+    k: int | None = _f(None, "the k of the pass@k fit (default: the largest k every checkpoint's samples allow; a "
+                             "points table: its k)")
+    n_boot: int = _f(N_BOOT, "bootstrap resamples of every interval")
+    seed: int = _f(SEED, "bootstrap seed")
+    out: str | None = _f(None, "output folder (default results/analysis/<run, eval dir or points file>/scaling/)",
+                         metavar="DIR")
 
 
 def _flag(cls, name: str) -> str:
@@ -178,6 +212,25 @@ def validate_support(cfg: SupportConfig) -> None:
     if order and RELAY_MODEL in order and cfg.relay is None:
         raise UsageError(f"--models names {RELAY_MODEL}: give its folder with --relay DIR")
     _at_least_one(cfg, ("likelihood_samples", "batch_tokens", "n_boot"), UsageError)
+    _check_choices(cfg, UsageError)
+
+
+def validate_scaling(cfg: ScalingConfig) -> None:
+    """Every check a scaling config can fail without reading a file; UsageError naming the flag and what to do.
+    ``scaling_tables`` calls it first."""
+    if cfg.points is not None and (cfg.run or cfg.eval_dir or cfg.models or cfg.checkpoints):
+        raise UsageError("scaling reads either --points FILE.csv or --run RUN_DIR with --eval-dir DIR, not both")
+    if cfg.points is None and (not cfg.run or cfg.eval_dir is None):
+        raise UsageError("scaling needs --run RUN_DIR and --eval-dir DIR (the run's metrics.jsonl gives the compute, "
+                         "eval.run's folder the scores), or --points FILE.csv (a table of scored checkpoints)")
+    if cfg.models and len(cfg.models) != len(cfg.run or []):
+        raise UsageError(f"--models gives {len(cfg.models)} prefixes for {len(cfg.run or [])} runs: one per run, in "
+                         f"the order of --run")
+    for name, step in (cfg.checkpoints or {}).items():
+        if not str(step).isdigit():
+            raise UsageError(f"--checkpoints {name}={step}: the step must be a whole number of optimizer steps "
+                             f"(0: the warm-up)")
+    _at_least_one(cfg, ("k", "n_boot"), UsageError)
     _check_choices(cfg, UsageError)
 
 
