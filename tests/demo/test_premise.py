@@ -163,10 +163,10 @@ def toy(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_toy_page_is_recomputed_from_the_tables_written_beside_it(toy):
+def test_the_toy_page_is_recomputed_from_the_tables_written_beside_it(toy, tmp_path):
     """write_page copies the tables folder beside the page (``<page>/tables/``, with page.json): the page's generated
     part is what that folder alone renders, and its statistics are what its per-problem counts give."""
-    from tests.helpers.pages import generated_part, recompute, rerender
+    from tests.helpers.pages import generated_part, recompute, rerender, tamper
 
     out, doc, _, _ = toy
     tdir = doc.parent / "premise" / "tables"
@@ -175,6 +175,8 @@ def test_the_toy_page_is_recomputed_from_the_tables_written_beside_it(toy):
     assert rerender(doc) == generated_part(doc.read_text())
     assert recompute(tdir) == []
     assert sum(p.stat().st_size for p in tdir.iterdir()) < 500_000     # kilobytes, to commit
+    bad, differs = tamper(doc, tmp_path)                               # and both checks can fail
+    assert any(b.startswith("passk_curves.pass") for b in bad) and differs, bad
 
 
 @pytest.mark.slow

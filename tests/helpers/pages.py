@@ -15,6 +15,7 @@ checks, shared by the committed pages' test and the toy regime's:
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,22 @@ def _support_matrix(model: str, counts: dict[str, pd.DataFrame], relay: pd.DataF
         return d["n"].to_numpy(), d["relay_correct"].to_numpy()
     d = counts[final if model == "final" else model]
     return d["n"].to_numpy(), d["correct"].to_numpy()
+
+
+def tamper(doc: Path, into: Path) -> tuple[list[str], bool]:
+    """Copy ``doc`` and its tables into ``into``, flip one problem of the final on-policy checkpoint (all of its
+    samples correct if they were not, else none) and add a point of pass@1 to the methods table's first row; return
+    (``recompute``'s mismatches, whether the re-rendered page differs). Shows that both checks can fail."""
+    copy = Path(into) / doc.name
+    shutil.copyfile(doc, copy)
+    tdir = figure_dir(copy) / "tables"
+    shutil.copytree(figure_dir(doc) / "tables", tdir)
+    pp = pd.read_csv(tdir / "per_problem.csv", dtype={"problem_id": str})
+    row = pp.index[pp["model"] == eval_name("onpolicy", 0)][0]
+    pp.loc[row, "correct"] = 0 if pp.loc[row, "correct"] == pp.loc[row, "n"] else pp.loc[row, "n"]
+    pp.to_csv(tdir / "per_problem.csv", index=False)
+    bad = recompute(tdir)
+    methods = pd.read_csv(tdir / "methods.csv")
+    methods.loc[0, "pass@1"] += 0.01
+    methods.to_csv(tdir / "methods.csv", index=False)
+    return bad, rerender(copy) != generated_part(copy.read_text())
