@@ -20,6 +20,12 @@ the files are, and that a loader can read them: ``check_model_files``), ``checkp
 context, else a ``ContextError`` naming both numbers; ``context_overflow`` is the arithmetic, shared with the
 trainer's validation, which words its own message).
 
+A LoRA adapter folder (PEFT's ``adapter_config.json`` + ``adapter_model.safetensors``, what a LoRA run's
+checkpoints hold: ``trainer.lora``) is a model too: ``resolve_checked_model`` resolves its base from
+``base_model_name_or_path`` (a folder or a hub id, as any model argument) and returns the merged model, its
+``merged/`` subfolder (written there once, base + adapter folded by PEFT's ``merge_and_unload``, or the one the
+trainer wrote with ``export_merged``), so every engine and check downstream reads a plain Hugging Face folder.
+
 Nothing here touches torch.distributed: downloading once per node while the other ranks wait is the trainer's
 (``trainer.warmup.hub_snapshot``).
 """
@@ -33,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-__all__ = ["CONTEXT_KEYS", "HUB_FILES", "TOKENIZER_FILES", "ContextError", "ContextOverflow", "ModelSource",
+__all__ = ["ADAPTER_CONFIG", "CONTEXT_KEYS", "HUB_FILES", "MERGED_DIR", "TOKENIZER_FILES", "ContextError",
+           "ContextOverflow", "ModelSource", "holds_model", "is_adapter_folder", "merged_adapter",
            "ModelSourceError", "check_context", "check_model_files", "checkpoint_dtype", "config_context",
            "context_overflow", "is_hub_id", "local_model_dir", "longest_prompt", "model_context", "newest_checkpoint",
            "offline", "resolve_checked_model", "resolve_model"]
@@ -110,14 +117,82 @@ def resolve_checked_model(spec: str, *, what: str = "--model") -> ModelSource:
     downloaded first where that is allowed; with ``HF_HUB_OFFLINE=1`` it must be cached), with its files checked
     (``check_model_files``: weights, shards, safetensors headers, tokenizer; a training run folder is named as one,
     with its newest checkpoint). ``what`` names the argument in the message (``--model``, ``--early``).
-    ``ModelSourceError`` otherwise. What ``eval.run`` and ``tsanalysis relay`` call before anything is written."""
+    ``ModelSourceError`` otherwise. What ``eval.run`` and ``tsanalysis relay`` call before anything is written.
+    A LoRA adapter folder resolves to its merged model (``merged_adapter``)."""
     p = Path(spec).expanduser()
+    if is_adapter_folder(p):
+        return merged_adapter(p, what=what)
     if p.exists():
         check_model_files(p, what=f"{what} {spec}")
     source = resolve_model(str(p) if p.exists() else spec, what=what)
     if source.is_hub:
         check_model_files(Path(source.path), what=f"{what} {spec}")
     return source
+
+
+ADAPTER_CONFIG = "adapter_config.json"   # PEFT's adapter folder (with adapter_model.safetensors)
+MERGED_DIR = "merged"                    # an adapter folder's merged model: base + adapter as one Hugging Face model
+
+
+def holds_model(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a saved model: a Hugging Face model (``config.json``) or a LoRA adapter."""
+    return (Path(folder) / "config.json").is_file() or is_adapter_folder(folder)
+
+
+def is_adapter_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is a PEFT adapter folder (``adapter_config.json``, no ``config.json`` of its own)."""
+    folder = Path(folder)
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
+
+
+def merged_adapter(folder: Path, *, what: str = "--model") -> ModelSource:
+    """The model a LoRA adapter folder stands for: its base (``adapter_config.json``'s ``base_model_name_or_path``,
+    resolved and checked as any model argument) with the adapter merged, in ``folder/merged`` (written once:
+    PEFT's ``PeftModel.from_pretrained`` then ``merge_and_unload``, in the base's dtype, saved to a temporary folder
+    and renamed; a complete one, e.g. the trainer's ``export_merged``, is used as it is). ModelSourceError, one line,
+    when the base is not named or not found, or the folder cannot be written."""
+    label = f"{what} {folder}"
+    try:
+        config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        base = config["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelSourceError(f"{label}: {folder / ADAPTER_CONFIG} is damaged ({type(e).__name__}: {e}); save "
+                               f"the adapter again") from None
+    if not base:
+        raise ModelSourceError(f"{label}: {ADAPTER_CONFIG} names no base_model_name_or_path; set it to the base "
+                               f"model's folder or hub id")
+    source = resolve_checked_model(base, what=f"{label}: its base")
+    merged = folder / MERGED_DIR
+    if not (merged / "config.json").is_file():
+        try:
+            _merge(folder, source.path, merged)
+        except OSError as e:
+            raise ModelSourceError(f"{label}: cannot write its merged model to {merged} ({e}); copy the adapter "
+                                   f"folder somewhere writable, or save it with export_merged=true") from None
+    check_model_files(merged, what=label)
+    return ModelSource(spec=str(folder), path=str(merged), revision=None)
+
+
+def _merge(adapter: Path, base: str, out: Path) -> None:
+    """PEFT's merge of ``adapter`` into the model of folder ``base``, saved to ``out`` with the adapter folder's
+    tokenizer (the base's when it has none)."""
+    import shutil
+    import tempfile
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="auto"), str(adapter))
+    model = model.merge_and_unload()
+    has_tokenizer = any((adapter / f).is_file() for f in TOKENIZER_FILES)
+    tokenizer = AutoTokenizer.from_pretrained(str(adapter) if has_tokenizer else base)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _label(what: str, spec: str) -> str:
@@ -194,10 +269,11 @@ _STEP_DIR = re.compile(r"step_(\d+)")
 
 
 def newest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The highest ``checkpoints/step_N`` of a training run that holds a model (``config.json``); None if none."""
+    """The highest ``checkpoints/step_N`` of a training run that holds a model (``config.json``, or a LoRA adapter:
+    ``holds_model``); None if none."""
     root = Path(run_dir) / "checkpoints"
     steps = [(int(m.group(1)), d) for d in (root.iterdir() if root.is_dir() else ())
-             if (m := _STEP_DIR.fullmatch(d.name)) and (d / "config.json").is_file()]
+             if (m := _STEP_DIR.fullmatch(d.name)) and holds_model(d)]
     return max(steps)[1] if steps else None
 
 
@@ -211,8 +287,7 @@ def check_model_files(folder: Path, *, what: str) -> None:
     if not folder.is_dir():
         raise ModelSourceError(f"{what}: {folder} is a file, not a model folder; give a saved model folder (e.g. "
                              f"runs/<name>/checkpoints/step_N) or a hub id")
-    if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir() and \
-            not (folder / "config.json").is_file():
+    if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir() and not holds_model(folder):
         newest = newest_checkpoint(folder)
         use = (f"give one of its checkpoints instead, e.g. the newest: {newest}" if newest is not None else
                "it holds no saved checkpoint yet (checkpoints/step_N with a config.json)")

@@ -44,6 +44,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: tor
     return x * cos + (x @ rot) * sin
 
 
+def _plain(proj: torch.nn.Module) -> bool:
+    """Whether ``proj`` is its weight and bias alone (a plain linear layer), so the decode step may read them
+    directly; an adapter layer (``base_layer`` plus LoRA's ``lora_A``/``lora_B``) must be called."""
+    return not hasattr(proj, "base_layer")
+
+
 class DecodeLayer:
     """One Llama-family decoder layer for a single-token decode step, with the layer's own weights and norms.
 
@@ -65,7 +71,9 @@ class DecodeLayer:
         self.nkv = a.k_proj.weight.shape[0] // a.head_dim
         self.a, self.m, self.act = a, m, m.act_fn
         self.qkv = self.gate_up = None
-        if fuse:
+        # a projection with adapters (PEFT's LoRA layers keep the weight in ``base_layer``) is called, not read
+        self.o_plain, self.down_plain = _plain(a.o_proj), _plain(m.down_proj)
+        if fuse and all(map(_plain, (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj))):
             def cat(mods, attr):
                 parts = [getattr(x, attr) for x in mods]
                 return None if parts[0] is None else torch.cat(parts, dim=0)
@@ -111,7 +119,7 @@ class DecodeLayer:
         scores = torch.baddbmm(mask_kv, qg, K.transpose(1, 2), alpha=self.scaling)   # mask + scale * q k^T
         o = torch.bmm(torch.softmax(scores.float(), dim=-1).to(V.dtype), V)           # [b * n_kv, g, d]
         o = o.view(b, nq * d)
-        if self.a.o_proj.bias is None:             # residual add inside the GEMM
+        if self.o_plain and self.a.o_proj.bias is None:   # residual add inside the GEMM
             h = torch.addmm(h.view(b, -1), o, self.a.o_proj.weight.t()).view(b, 1, -1)
         else:
             h = h + self.a.o_proj(o).view(b, 1, -1)
@@ -121,7 +129,7 @@ class DecodeLayer:
         else:
             gate, up = self.m.gate_proj(x), self.m.up_proj(x)
         a = (self.act(gate) * up).view(b, -1)
-        if self.m.down_proj.bias is None:
+        if self.down_plain and self.m.down_proj.bias is None:
             return torch.addmm(h.view(b, -1), a, self.m.down_proj.weight.t()).view(b, 1, -1)
         return h + self.m.down_proj(a).view(b, 1, -1)
 

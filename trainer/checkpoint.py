@@ -2,6 +2,9 @@
 
     runs/<run>/checkpoints/step_NNNNNN/
         config.json, generation_config.json, tokenizer files
+                                           (a LoRA run, lora_rank > 0: adapter_config.json and
+                                           adapter_model.safetensors, PEFT's format, in place of the model; merged/
+                                           the merged model with export_merged; trainer/lora.py)
         model.safetensors                  the weights in ``export_dtype`` (default the compute dtype: bf16 on CUDA),
                                            or model-0000k-of-0000K.safetensors + model.safetensors.index.json above
                                            5 GB; transformers and vLLM load it (config.json's dtype says which)
@@ -52,8 +55,10 @@ from contracts.config import to_dict
 from contracts.files import atomic_write_json, atomic_write_text, temporary_path
 from contracts.locks import LockHeld, acquire
 from trainer.config import Config, val_eval_command, validation_on
+from inference.hub import holds_model
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
+from trainer.lora import ADAPTER, base_folder, has_adapters, merged_state, write_adapter
 from trainer.policy import resolve_dtype
 
 FORMAT = 2   # 1: full model in model.safetensors + full optimizer in state.pt (before sharded checkpoints)
@@ -78,11 +83,12 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 # ----------------------------------------------------------------------------------------------------------
 def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, trainer_state: dict | None, d: Dist,
                     keep: int = 0, keep_resume: int = 1, export_dtype: torch.dtype | None = None,
-                    protect: Collection[int] = ()) -> Path:
+                    protect: Collection[int] = (), export_merged: bool = False) -> Path:
     """Write the checkpoint of ``step``; every rank calls it (``trainer_state`` is read on rank 0 only). Then prune
     (rank 0): exports beyond the newest ``keep`` (0 = all) except the steps in ``protect`` (the best checkpoint),
     resume states beyond the newest ``keep_resume``. ``export_dtype``: the dtype of the Hugging Face export's
-    floating tensors (None: the parameters' own)."""
+    floating tensors (None: the parameters' own). A model with LoRA adapters exports the adapter instead
+    (``write_lora_export``; ``export_merged``: also the merged model)."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if d.is_main:
@@ -91,7 +97,10 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, tr
         (tmp / STATE_DIR).mkdir(parents=True)
     barrier(d)
     save_sharded(model, optimizer, tmp / DCP_DIR, d)
-    write_hf_export(tmp, model, tokenizer, d, dtype=export_dtype)
+    if has_adapters(model):
+        write_lora_export(tmp, run_dir, model, tokenizer, d, dtype=export_dtype, merged=export_merged)
+    else:
+        write_hf_export(tmp, model, tokenizer, d, dtype=export_dtype)
     if d.is_main:
         torch.save(trainer_state, tmp / STATE_FILE)
         meta = {"format": FORMAT, "step": step, "world_size": d.world_size}
@@ -105,12 +114,15 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, tokenizer, tr
 
 
 def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype | None = None,
-                    max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+                    max_shard_bytes: int = MAX_SHARD_BYTES, tensors=None) -> None:
     """A Hugging Face model directory in ``out``: rank 0 writes safetensors shards of at most ``max_shard_bytes``
     while every rank streams the full tensors (collective). Floating tensors are written in ``dtype`` (cast on each
     rank's shard before the gather), or in their own (master) dtype when None; config.json's ``dtype`` is what the
-    files hold."""
+    files hold. ``tensors``: another stream of (name, tensor on rank 0 / None) to write, e.g. a LoRA model merged
+    (``trainer.lora.merged_state``); default ``stream_full_state(model, d, dtype=dtype)``."""
     out = Path(out)
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
     parts, shard, size, index, written = [], {}, 0, {}, None
 
     def flush():
@@ -121,7 +133,7 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype 
             parts.append((name, list(shard)))
         shard, size = {}, 0
 
-    for name, tensor in stream_full_state(model, d, dtype=dtype):
+    for name, tensor in (tensors if tensors is not None else stream_full_state(model, d, dtype=dtype)):
         if tensor is None:   # not rank 0: the gather happened, nothing to keep
             continue
         nbytes = tensor.numel() * tensor.element_size()
@@ -152,6 +164,21 @@ def write_hf_export(out: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype 
     if generation is not None:
         generation.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def write_lora_export(out: Path, run_dir: Path, model, tokenizer, d: Dist, *, dtype: torch.dtype | None,
+                      merged: bool) -> None:
+    """A LoRA run's export in ``out`` (collective): the adapter in PEFT's format (``trainer.lora.write_adapter``:
+    adapter_config.json naming the base, adapter_model.safetensors in the master dtype, the tokenizer), and with
+    ``merged`` a full Hugging Face model of base + adapter in ``out/merged`` (``dtype``). A base built in memory
+    (``tiny:``) is first written once to the run folder (``trainer.lora.base_folder``), which the adapter names."""
+    base = model.peft_config[ADAPTER].base_model_name_or_path or base_folder(
+        run_dir, model, tokenizer, d, dtype=dtype,
+        write_export=lambda path, tensors: write_hf_export(path, model, tokenizer, d, tensors=tensors))
+    if d.is_main:
+        write_adapter(out, model, tokenizer, base=base)
+    if merged:
+        write_hf_export(Path(out) / "merged", model, tokenizer, d, tensors=merged_state(model, d, dtype=dtype))
 
 
 def prune(run_dir: Path, *, keep: int, keep_resume: int, protect: Collection[int] = ()) -> None:
@@ -364,8 +391,7 @@ def finished_line(run_dir: Path, cfg: Config, *, step: int, path: Path) -> str:
                 f"(total_steps=N: a resume may change it), for a new run give another run_name")
     else:
         model = checkpoint_dir(run_dir, cfg.total_steps - 1)
-        kept = (f"; its model after step {cfg.total_steps - 1} is {model}" if (model / "config.json").is_file()
-                else "")
+        kept = f"; its model after step {cfg.total_steps - 1} is {model}" if holds_model(model) else ""
         line = (f"already past total_steps={cfg.total_steps}: {run_dir} is at step {step} (trained steps 0-{step}, "
                 f"checkpoint {path}) and a relaunch does not shorten a run, so nothing was trained and nothing was "
                 f"written{kept}; to train further set total_steps above {step + 1} (total_steps=N: a resume may "
@@ -479,7 +505,7 @@ def best_so_far(run_dir: Path, selection, *, before_step: int) -> dict | None:
         if not isinstance(step, int) or not 0 <= step < before_step:
             continue
         value = selection.value(m)
-        if better(value, best) and (checkpoint_dir(run_dir, step) / "config.json").is_file():
+        if better(value, best) and holds_model(checkpoint_dir(run_dir, step)):
             best = best_record(step, selection.metric, value)
     recorded = read_best(run_dir)
     if best is None:
@@ -566,7 +592,7 @@ def save_step(run_dir: Path, step: int, cfg: Config, d: Dist, *, model, tokenize
     export = resolve_dtype(cfg.dtype if cfg.export_dtype == "auto" else cfg.export_dtype, d.device)   # auto: compute
     path = save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=tokenizer, trainer_state=state,
                            d=d, keep=cfg.keep_checkpoints, keep_resume=cfg.keep_resume_states, export_dtype=export,
-                           protect=protect)
+                           protect=protect, export_merged=cfg.export_merged)
     if d.is_main and not cfg.progress:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         print(f"checkpoint {path.name}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

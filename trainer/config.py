@@ -29,10 +29,10 @@ from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg,
                            SeedRule, SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
 from trainer.tracking import TrackerName
 
-__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validation_on", "uses_traces", "validation_warnings",
+__all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validate_lora", "validation_on", "uses_traces", "validation_warnings",
            "val_settings", "val_metric_names",
            "loss_kwargs", "adv_kwargs", "to_dict",
-           "ALGORITHMS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULE_NAMES", "SEED_LOSSES", "LOSS_AGGS"]
+           "ALGORITHMS", "LORA_TARGETS", "ADVANTAGE_NAMES", "TOKEN_MASK_NAMES", "SEED_RULE_NAMES", "SEED_LOSSES", "LOSS_AGGS"]
 
 Precision = Literal["float32", "bfloat16"]             # weights and AdamW state (master_dtype)
 Dtype = Literal["auto", Precision]                     # compute and export dtypes; auto: bf16 on CUDA, fp32 on CPU
@@ -44,6 +44,7 @@ BehaviorSource = Literal["trainer", "sampler"]         # where cached behavior l
 LongTraces = Literal["drop", "truncate"]               # LUFFY traces longer than the response budget
 SleepMode = Literal["auto", "on", "off"]               # vLLM sleep mode during updates
 ValTemplate = Literal[tuple(TEMPLATES)]               # validation prompts (scoring.templates), as eval.run's template
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")   # Llama-family names
 
 # the choice lists tests and messages name, derived from the types above (never written twice)
 ALGORITHMS = typing.get_args(Algorithm)
@@ -79,6 +80,17 @@ class Config:
                                           # a small model learns these tasks abruptly, and a loss lands it in the
                                           # imperfect middle more reliably than a step count
     gradient_checkpointing: bool = False
+    # --- LoRA (trainer/lora.py, docs/lora.md; Hu et al. 2021, arXiv:2106.09685) ----------------------------
+    lora_rank: int = 0                    # > 0: train rank-r adapters (PEFT) on lora_targets, the base frozen in the
+                                          # compute dtype (no fp32 master, no AdamW state); 0 = full fine-tuning
+    lora_alpha: float | None = None       # adapter scale alpha / rank; null or 0 = 2 * lora_rank (scale 2, verl's and
+                                          # TRL's examples' choice: the update's size then does not shrink with rank)
+    lora_dropout: float = 0.0             # dropout on the adapters' input while training (0: the old, behavior and
+                                          # current log-probs of a token stay one function; > 0 makes them noisy)
+    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))  # module names that get adapters:
+                                          # the attention and MLP projections of Llama/Qwen2/Qwen3 and the tiny models
+    export_merged: bool = False           # lora_rank > 0: each checkpoint also holds merged/, the base with the adapter
+                                          # folded in (a full Hugging Face model: vLLM, eval.run without merging)
     # --- data and reward -------------------------------------------------------------------------------
     task: str = "addition"                # reward: addition | countdown | math | code
     code_reward: CodeReward = "lcb"       # task=code: lcb = LiveCodeBench's harness, 1 when every test passes, else 0
@@ -458,10 +470,30 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.sft_steps == 0 or (cfg.model.startswith("tiny:") and not cfg.train_file),
            "sft_steps (supervised warm-up) applies to tiny:<size> models on embedded tasks; set it to 0")
     _check(cfg.sft_stop_loss >= 0, f"sft_stop_loss must be >= 0 (0: no early stop), got {cfg.sft_stop_loss}")
+    validate_lora(cfg, world_size=world_size)
     if cfg.model.startswith("tiny:"):
         _check(cfg.model.split(":", 1)[1] in TINY_SIZES,
                f"model '{cfg.model}': tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
     validate_validation(cfg)
+
+
+def validate_lora(cfg: Config, *, world_size: int = 1) -> None:
+    """The LoRA fields' checks, and what LoRA does not run with yet: several ranks (the adapters are not wired into
+    the sharded load and FSDP2 units) and vLLM (no adapter sync to the engine: docs/lora.md)."""
+    _check(cfg.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {cfg.lora_rank}")
+    _check(cfg.lora_alpha is None or cfg.lora_alpha >= 0,
+           f"lora_alpha must be > 0, or 0 / null for 2 * lora_rank, got {cfg.lora_alpha}")
+    _check(0 <= cfg.lora_dropout < 1, f"lora_dropout must lie in [0, 1), got {cfg.lora_dropout:g}")
+    _check(bool(cfg.lora_targets) and all(isinstance(t, str) and t for t in cfg.lora_targets),
+           f"lora_targets must name at least one module (e.g. [q_proj, v_proj]), got {cfg.lora_targets}")
+    if cfg.lora_rank == 0:
+        _check(not cfg.export_merged, "export_merged=true merges a LoRA adapter, but lora_rank=0 trains none: set "
+                                      "lora_rank > 0, or export_merged=false (a full run's checkpoints are models)")
+        return
+    _check(world_size == 1, f"lora_rank={cfg.lora_rank} runs on one process only for now (adapters are not wired "
+                            f"into the sharded FSDP2 load), got {world_size} ranks: launch one rank, or lora_rank=0")
+    _check(cfg.engine == "hf", f"lora_rank={cfg.lora_rank} needs engine=hf, got engine={cfg.engine}: adapter sync "
+                               f"to vLLM (LoRARequest) is not built yet; use engine=hf, or lora_rank=0")
 
 
 def uses_traces(cfg: Config) -> bool:

@@ -398,11 +398,29 @@ def copy_full_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
         del full, value
 
 
+def _model_options(model) -> StateDictOptions:
+    """Frozen parameters (a LoRA run's base: ``trainer.lora``) are left out of the resume state, which holds what
+    training changes; the base is rebuilt from its source on resume. ``strict=False`` lets the load leave them
+    alone: ``dcp.load`` still fails on any trainable tensor the checkpoint lacks."""
+    frozen = any(not p.requires_grad for p in model.parameters())
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
+def _model_state(model) -> dict:
+    """``get_model_state_dict`` under ``_model_options``, without a frozen weight's tied aliases either (torch drops
+    a frozen parameter under its first name only: ``lm_head.weight`` tied to the embedding would stay)."""
+    state = get_model_state_dict(model, options=_model_options(model))
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if not p.requires_grad:
+            state.pop(name, None)
+    return state
+
+
 def _dcp_state(model, optimizer) -> dict:
     """This rank's shards of model and optimizer state, keyed by parameter name (torchtitan's recipe: sharded
     ``get_model_state_dict`` and ``get_optimizer_state_dict(flatten_optimizer_state_dict=True)``, so a checkpoint
-    written by N ranks loads on M: DCP reshards by name and global offsets)."""
-    return {"model": get_model_state_dict(model),
+    written by N ranks loads on M: DCP reshards by name and global offsets). Frozen parameters: ``_model_options``."""
+    return {"model": _model_state(model),
             "optimizer": get_optimizer_state_dict(model, optimizer,
                                                   options=StateDictOptions(flatten_optimizer_state_dict=True))}
 
@@ -444,7 +462,7 @@ def load_sharded(model, optimizer, path, d: Dist) -> None:
     state = _dcp_state(model, optimizer)
     with _quiet_single_process():
         dcp.load(state, checkpoint_id=str(path))
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=_model_options(model))
     set_optimizer_state_dict(model, optimizer, state["optimizer"],
                              options=StateDictOptions(flatten_optimizer_state_dict=True))
 

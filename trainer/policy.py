@@ -114,7 +114,7 @@ def build_policy(model_name: str, *, dtype: torch.dtype, seed: int, meta: bool =
 
 
 def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute: torch.dtype, seed: int,
-                      builder=None, gradient_checkpointing: bool = False):
+                      builder=None, gradient_checkpointing: bool = False, adapt=None):
     """The policy the trainer trains, (model, tokenizer): parameters in ``master`` on ``d.device``, sharded by
     ``trainer.fsdp.shard_model`` (FSDP2 on several ranks, the one-process casts on one) to compute in ``compute``.
 
@@ -122,7 +122,10 @@ def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute:
     shards it, and reads only its own rows of each tensor from the safetensors files (``trainer.fsdp.load_shards``),
     so host memory per rank is its shard (at 7B in fp32: 28 GB / N instead of 28 GB on each of the N ranks, plus
     one tensor's slice in flight). One process, a ``tiny:`` model, or a ``builder`` (``build_policy``'s signature,
-    for library callers): the model is built whole, moved to the device and sharded, as before."""
+    for library callers): the model is built whole, moved to the device and sharded, as before.
+
+    ``adapt``: applied to the built model before it is moved and sharded (``trainer.lora.add_adapters``: LoRA
+    layers, the base frozen in ``compute``); one process only (``trainer.config.validate_lora``)."""
     meta = d.enabled and builder is None and not model_name.startswith("tiny:")
     if meta:
         model, tokenizer = build_policy(model_name, dtype=master, seed=seed, meta=True)
@@ -131,6 +134,9 @@ def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute:
     if gradient_checkpointing:
         # transformers 5 renamed it (the old name warns)
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    if adapt is not None:
+        assert not meta, "adapters are added to a model built whole (one process: trainer.config.validate_lora)"
+        model = adapt(model)
     if not meta:
         model.to(d.device)
     model = shard_model(model, d, param_dtype=compute)

@@ -85,6 +85,7 @@ from trainer.config import (Config, ConfigError, learning_warnings, load_config,
                             validation_warnings)
 from trainer.data import PromptLoader, load_examples, tokenize_prompts
 from trainer.fsdp import Dist, gpu_memory_metrics, init_distributed, shutdown
+from trainer.lora import add_adapters, adapter_summary, base_reference
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
 from trainer.policy import (compute_dtype_engines, load_for_training, load_reference, resolve_dtype,
                             resolve_master_dtype)
@@ -143,11 +144,22 @@ def _train(cfg: Config, d: Dist, *, policy_builder, sampler_builder, on_step) ->
     master = resolve_master_dtype(cfg.master_dtype, dtype)
     # on several ranks each rank reads only its own shard of the weights (built on the meta device, then sharded)
     source = warm_start(cfg, d)
+    # lora_rank > 0: adapters on the frozen base (trainer/lora.py); only they train and carry AdamW state
+    adapt = None
+    if cfg.lora_rank:
+        def adapt(m):
+            return add_adapters(m, cfg, compute=dtype, master=master, base=base_reference(cfg, source))
     model, tokenizer = load_for_training(source, d, master=master, compute=dtype, seed=cfg.seed,
-                                         builder=policy_builder, gradient_checkpointing=cfg.gradient_checkpointing)
-    # kl_coef > 0: the KL penalty's frozen reference, the policy the run starts from (none otherwise: no memory)
-    ref_model = (load_reference(source, d, compute=dtype, seed=cfg.seed, like=model, builder=policy_builder)
-                 if cfg.kl_coef else None)
+                                         builder=policy_builder, gradient_checkpointing=cfg.gradient_checkpointing,
+                                         adapt=adapt)
+    if cfg.lora_rank and d.is_main:
+        print(adapter_summary(model), file=sys.stderr)
+    # kl_coef > 0: the KL penalty's frozen reference, the policy the run starts from (none otherwise: no memory);
+    # a LoRA run's is the policy itself with its adapters off (trainer.update): the base never moves
+    ref_model = None
+    if cfg.kl_coef:
+        ref_model = model if cfg.lora_rank else load_reference(source, d, compute=dtype, seed=cfg.seed, like=model,
+                                                               builder=policy_builder)
     prompts = tokenize_prompts(cfg, examples, tokenizer)
     if val_plan:   # validation's prompts, each checked to fit the engine with its budget, before anything is written
         engine = resolve_engine(cfg.engine, model=model)
@@ -378,8 +390,9 @@ def launch(argv: list[str] | None = None) -> int:
         if d.is_main:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ckpt.CheckpointError, ModelSourceError, history.ResumeChanged, ValidationError) as exc:   # bad input
-        # (checkpoint, run directory, model, a changed resume, validation data): a message, no traceback
+    except (ckpt.CheckpointError, ConfigError, ModelSourceError, history.ResumeChanged, ValidationError) as exc:
+        # bad input (checkpoint, run directory, model, lora_targets, a changed resume, validation data): a message,
+        # no traceback
         print(f"error{where}: {exc}", file=sys.stderr)
         return 2
     except WarmupStopped as exc:   # Ctrl-C or SIGTERM during the warm-up: said with its step

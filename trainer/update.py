@@ -46,6 +46,7 @@ from trainer.algos import (ADVANTAGES, COV_ALGORITHMS, LOSSES, MASKING_CORRECTIO
                            rollout_mismatch_metrics, rollout_mismatch_sums, rollout_weights, seed_token_mask)
 from trainer.config import Config, adv_kwargs, loss_kwargs
 from trainer.fsdp import Dist, all_reduce_values, clip_grad_norm, reshard
+from trainer.lora import disabled_adapters
 from trainer.policy import _DTYPES, response_logprobs, score, use_flat
 from trainer.rollout import Rollout, row_key, split_groups
 
@@ -369,7 +370,8 @@ def m2po_log_ratio_caps(cfg: Config, rows: list[Rollout], old: dict) -> float | 
 def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dist, *, pad_id: int,
            ref_model=None) -> UpdateResult:
     """One rollout batch: ``mini_batches_per_step`` optimizer updates over whole groups. ``ref_model``: the frozen
-    reference policy of the KL penalty (``trainer.policy.load_reference``; needed when ``cfg.kl_coef > 0``)."""
+    reference policy of the KL penalty (``trainer.policy.load_reference``; needed when ``cfg.kl_coef > 0``), or the
+    policy itself in a LoRA run, scored with its adapters off (``trainer.lora.disabled_adapters``)."""
     groups = split_groups(rows)
     per = math.ceil(len(groups) / cfg.mini_batches_per_step)
     minis = [[r for g in groups[i:i + per] for r in g] for i in range(0, len(groups), per)]
@@ -387,9 +389,10 @@ def update(model, optimizer, scheduler, cfg: Config, rows: list[Rollout], d: Dis
     ref = None
     if cfg.kl_coef:  # log pi_ref: one no-grad forward of the frozen reference, laid out as the policy's
         assert ref_model is not None, "kl_coef > 0 needs ref_model (trainer.policy.load_reference)"
-        ref_lp, _ = score(ref_model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
-                          micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
-                          micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
+        with disabled_adapters(ref_model):
+            ref_lp, _ = score(ref_model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id=pad_id,
+                              micro_batch_size=cfg.micro_batch_size, d=d, temperature=cfg.temperature,
+                              micro_batch_tokens=cfg.micro_batch_tokens, forward=cfg.train_forward)
         ref = {row_key(r): lp.tolist() for r, lp in zip(rows, ref_lp)}
         reshard(ref_model)   # its gathered root unit is not needed until the next step
     losses, norms, records, counts = [], [], {}, []
