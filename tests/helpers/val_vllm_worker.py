@@ -19,6 +19,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.helpers.models import TINY_ADDITION  # noqa: E402
+
 
 def run(out: Path, policy: str) -> dict:
     from eval.config import EvalConfig
@@ -26,7 +28,7 @@ def run(out: Path, policy: str) -> dict:
     from trainer.train import main
     args = ["--config", str(REPO / "trainer/configs/tiny.yaml"), f"model={policy}", "sft_steps=0", "engine=vllm",
             "lr=1e-4", "total_steps=2", "prompts_per_step=8", "samples_per_prompt=4", "max_response_tokens=24",
-            "task_kwargs={min_digits: 1, max_digits: 2}", "save_every=0", f"output_dir={out}", "run_name=run",
+            *TINY_ADDITION, "save_every=0", f"output_dir={out}", "run_name=run",
             "progress=false", "val_benchmarks=addition", "val_every=2", "val_n=4", "val_limit=16",
             "max_prompt_tokens=64", "vllm_max_model_len=128"]
     assert main(args) == 0

@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from inference.vllm_engine import VLLMSampler  # noqa: E402
+from tests.helpers.models import TINY_ADDITION  # noqa: E402
 
 ENGINE_KW = dict(gpu_memory_utilization=0.1, max_model_len=192, enforce_eager=True, max_batch_size=64)
 BF16 = torch.bfloat16
@@ -66,7 +67,7 @@ def train_bf16(out: Path, policy: str) -> dict:
     cfg = load_config(str(REPO / "trainer/configs/tiny.yaml"), [
         f"model={policy}", "sft_steps=0", "engine=vllm", "dtype=bfloat16", "master_dtype=float32", "lr=1e-3",
         "warmup_steps=0", f"total_steps={steps}", "prompts_per_step=8", "samples_per_prompt=4",
-        "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}", "save_every=0",
+        "max_response_tokens=24", *TINY_ADDITION, "save_every=0",
         f"output_dir={out}", "run_name=bf16", "progress=false"])
     validate(cfg)
     run_dir = train(cfg, Dist(), sampler_builder=builder)

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from inference import load_policy, make_sampler  # noqa: E402
 from inference.tiny import build_model, build_tokenizer, save_pretrained_atomic  # noqa: E402
+from tests.helpers.models import TINY_ADDITION  # noqa: E402
 
 ENGINE_KW = dict(gpu_memory_utilization=0.1, max_model_len=192, enforce_eager=True, max_batch_size=64)
 
@@ -186,7 +187,7 @@ def train_runs(out: Path, policy: str) -> dict:
     for name, extra in TRAIN_RUNS.items():
         args = ["--config", str(Path(__file__).resolve().parents[2] / "trainer/configs/tiny.yaml"),
                 f"model={policy}", "sft_steps=0", "engine=vllm", "lr=2e-3", "total_steps=3", "prompts_per_step=8",
-                "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",
+                "samples_per_prompt=4", "max_response_tokens=24", *TINY_ADDITION,
                 "save_every=0", f"output_dir={out / name}", f"run_name={name}", "progress=false", *extra]
         assert main(args) == 0
         metrics = [json.loads(line) for line in (out / name / name / "metrics.jsonl").open()]

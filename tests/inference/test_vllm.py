@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.processes import free_port, kill_tree
+from tests.helpers.models import TINY_ADDITION
 
 HERE = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -125,7 +126,7 @@ def _torchrun(tmp_path, out: Path, policy: Path, steps: int = 4) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
             "-m", "trainer.train", "--config", str(HERE.parent / "trainer/configs/tiny.yaml"), f"model={policy}",
             "sft_steps=0", "engine=vllm", "lr=1e-3", f"total_steps={steps}", "prompts_per_step=8",
-            "samples_per_prompt=4", "max_response_tokens=24", "task_kwargs={min_digits: 1, max_digits: 2}",
+            "samples_per_prompt=4", "max_response_tokens=24", *TINY_ADDITION,
             "save_every=1", f"output_dir={out}", "progress=false"]
 
 
