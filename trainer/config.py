@@ -24,6 +24,7 @@ from contracts.passk import k_grid
 from scoring.benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from scoring.benchmarks.protocol import generation_settings
 from scoring.rewards import CodeReward, RewardFnError, parse_reward_fn
+from scoring.tasks import TASKS
 from scoring.templates import TEMPLATES
 from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, M2poVariant, RolloutCorrection, SeedLoss,
                            SeedRule, SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
@@ -377,6 +378,10 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
     _check(cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm:g}")
     _check(cfg.entropy_coef >= 0, f"entropy_coef must be >= 0 (a bonus), got {cfg.entropy_coef:g}")
     _check(cfg.kl_coef >= 0, f"kl_coef must be >= 0 (a penalty; 0 = off), got {cfg.kl_coef:g}")
+    if cfg.task in TASKS and not cfg.train_file:   # an embedded task's difficulty: make_examples' keywords only
+        unknown = sorted(set(cfg.task_kwargs) - set(TASKS[cfg.task].DIFFICULTY))
+        _check(not unknown, f"task_kwargs: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a "
+                            f"difficulty of task={cfg.task}; it takes {', '.join(TASKS[cfg.task].DIFFICULTY)}")
     _check(cfg.code_reward == "lcb" or cfg.task == "code",
            f"code_reward={cfg.code_reward} grades task=code rows (KlearReasoner's, with a data_source field), got "
            f"task={cfg.task}; leave code_reward=lcb")
@@ -479,7 +484,8 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
 
 def validate_lora(cfg: Config, *, world_size: int = 1) -> None:
     """The LoRA fields' checks, and what LoRA does not run with yet: several ranks (the adapters are not wired into
-    the sharded load and FSDP2 units) and vLLM (no adapter sync to the engine: docs/lora.md)."""
+    the sharded load and FSDP2 units), and vLLM's sleep mode (the engine is sent the base once, then the adapter
+    alone: docs/lora.md)."""
     _check(cfg.lora_rank >= 0, f"lora_rank must be >= 0 (0 = full fine-tuning), got {cfg.lora_rank}")
     _check(cfg.lora_alpha is None or cfg.lora_alpha >= 0,
            f"lora_alpha must be > 0, or 0 / null for 2 * lora_rank, got {cfg.lora_alpha}")
@@ -492,8 +498,12 @@ def validate_lora(cfg: Config, *, world_size: int = 1) -> None:
         return
     _check(world_size == 1, f"lora_rank={cfg.lora_rank} runs on one process only for now (adapters are not wired "
                             f"into the sharded FSDP2 load), got {world_size} ranks: launch one rank, or lora_rank=0")
-    _check(cfg.engine == "hf", f"lora_rank={cfg.lora_rank} needs engine=hf, got engine={cfg.engine}: adapter sync "
-                               f"to vLLM (LoRARequest) is not built yet; use engine=hf, or lora_rank=0")
+    if cfg.engine != "hf":   # vllm, or auto (vllm where it is installed and a GPU runs): the adapter-only sync
+        _check(cfg.lora_rank <= 512, f"lora_rank={cfg.lora_rank} with engine={cfg.engine}: vLLM serves adapters up "
+                                     f"to rank 512 (max_lora_rank); use engine=hf, or a smaller lora_rank")
+        _check(cfg.vllm_sleep_mode != "on", f"lora_rank={cfg.lora_rank} with vllm_sleep_mode=on: sleep level 2 "
+                                            f"discards the base, which the adapter-only syncs do not send again; "
+                                            f"use vllm_sleep_mode=auto or off (a LoRA engine does not sleep)")
 
 
 def uses_traces(cfg: Config) -> bool:

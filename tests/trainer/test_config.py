@@ -40,6 +40,9 @@ def test_overrides_are_typed():
     (["seed_prefix_sft_coef=0.1"], "seed_prefix_sft_coef=0.1 trains the reference trace's prefix"),
     (["algorithm=seeds", "seed_source=external", "seed_loss=state", "seed_prefix_sft_coef=-1"],
      "seed_prefix_sft_coef must be >= 0"),
+    (["task=countdown", "task_kwargs={min_digits: 1}"],   # another task's difficulty: one line, not a TypeError
+     "task_kwargs: min_digits is not a difficulty of task=countdown; it takes min_numbers, max_numbers, min_number, "
+     "max_number, min_target, max_target"),
 ])
 def test_bad_configs_name_the_field(override, needle):
     with pytest.raises(ConfigError) as err:
