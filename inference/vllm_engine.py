@@ -14,6 +14,12 @@ One engine per process, in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), 
   engine bit for bit as sent; otherwise RuntimeError naming the tensor. The engine's and the module's log-probs
   on a probe sequence are recorded (``last_update["probe_logp_diff_max"]``, the trainer's
   ``rollout/sync_logp_gap_max``), never a gate: bf16 kernels of two engines differ by design.
+- **LoRA** (a module with PEFT adapters, ``trainer.lora``): the engine runs with ``enable_lora`` over the frozen
+  base, which the first sync loads as above (every base tensor read back). Every sync then sends only the adapter:
+  its tensors, in the engine's dtype, go to a new PEFT folder that the engine loads as a new ``LoRARequest`` (a new
+  ``lora_int_id`` per sync: vLLM caches adapters by id), the previous one removed (``remove_lora``) and its folder
+  deleted. Each sync reads every adapter tensor back, bit for bit, from the slot the engine computes with
+  (``verify_adapter``). No sleep mode (level 2 would discard the base the syncs no longer send).
 - **Log-probs** are vLLM's ``processed_logprobs``: after temperature, as the trainer computes them (equal to the
   HF module's temperature-scaled log-probs to ~1e-6 in fp32). vLLM gives no entropy; ``Completion.entropies`` is
   None and callers take entropy from the trainer's forward.
@@ -30,9 +36,13 @@ group) draw different completions and the result does not depend on vLLM's batch
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
+import shutil
 import tempfile
+import time
+import weakref
 from typing import Iterator, Sequence
 
 import torch
@@ -41,7 +51,7 @@ from inference.hub import ModelSourceError, is_hub_id, local_model_dir
 from inference.protocol import TOP_K_OFF, Completion, check_generate_args, prompt_budgets, resolve_top_k
 from inference.stops import eos_list
 
-__all__ = ["VLLMSampler", "start_settings", "vllm_available"]
+__all__ = ["VLLMSampler", "adapter_tensors", "engine_lora_rank", "lora_config", "start_settings", "vllm_available"]
 
 _WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 PROBE_TOKENS = 16   # length of the probe sequence whose log-prob gap each weight update records
@@ -51,6 +61,40 @@ SLEEP_LEVEL = 2   # discard weights and KV cache: the next sync reloads every we
 # gate/up into ``gate_up_proj`` (each model's ``hf_to_vllm_mapper.orig_to_new_stacked``): the checkpoint tensors of
 # a fused parameter, in the order of its rows (the fused layer's ``output_sizes``)
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+_PART = {part: (kind, i) for kind, parts in _FUSED.items() for i, part in enumerate(parts)}   # q_proj -> (qkv_proj, 0)
+# LoRA: the adapter PEFT injected (trainer.lora.ADAPTER) and how PeftModel.save_pretrained names its tensors
+PEFT_ADAPTER = "default"
+PEFT_PREFIX = "base_model.model."
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ENGINE_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)   # vLLM 0.32's allowed max_lora_rank values
+
+
+def lora_config(model: torch.nn.Module):
+    """The PEFT ``LoraConfig`` of the adapter injected into ``model`` (``trainer.lora.add_adapters``), or None."""
+    configs = getattr(model, "peft_config", None)
+    return configs.get(PEFT_ADAPTER) if isinstance(configs, dict) else None
+
+
+def engine_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds a rank-``rank`` adapter."""
+    for r in ENGINE_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"lora_rank={rank}: vLLM serves adapters up to rank {ENGINE_LORA_RANKS[-1]}")
+
+
+def adapter_tensors(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The adapter's tensors keyed as ``PeftModel.save_pretrained`` keys them (``base_model.model.<module>.lora_A.
+    weight``), on CPU, cast to ``dtype`` (None: their own)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if f".lora_A.{PEFT_ADAPTER}." not in name and f".lora_B.{PEFT_ADAPTER}." not in name:
+            continue
+        t = p.detach()
+        t = t.full_tensor() if hasattr(t, "full_tensor") else t
+        t = t.to(dtype) if dtype is not None else t
+        out[PEFT_PREFIX + name.replace(f".{PEFT_ADAPTER}.", ".")] = t.to("cpu", copy=True).contiguous()
+    return out
 
 
 def vllm_available() -> bool:
@@ -97,9 +141,10 @@ def sync_layout(vmodel) -> dict[str, tuple[str, int, int | None]]:
     layout: dict[str, tuple[str, int, int | None]] = {}
     for pname, param in vmodel.named_parameters():   # shared parameters once
         module_name, _, leaf = pname.rpartition(".")
-        parent, _, kind = module_name.rpartition(".")
+        # an engine with enable_lora wraps each linear layer: its weight is <layer>.base_layer.weight
+        parent, _, kind = module_name.removesuffix(".base_layer").rpartition(".")
         if kind not in _FUSED:
-            layout[pname] = (pname, 0, None)
+            layout[pname.replace(".base_layer.", ".")] = (pname, 0, None)
             continue
         sizes = [int(n) for n in vmodel.get_submodule(module_name).output_sizes]
         parts = _FUSED[kind]
@@ -153,6 +198,11 @@ class VLLMSampler:
     a hub id (its snapshot in the cache: `inference.hub`), else a temporary `save_pretrained` copy of the module;
     the module's current weights are then pushed."""
 
+    lora = None            # the module's PEFT LoraConfig when it has adapters (module doc: LoRA)
+    _lora_request = None   # the adapter the engine samples with
+    _lora_dir = None       # where each sync's adapter folder is written (deleted by close())
+    _base_synced = False
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -190,6 +240,18 @@ class VLLMSampler:
             llm_kwargs.setdefault("tensor_parallel_size", 1)
             if cuda:
                 torch.cuda.set_device(local_rank)
+        self.lora = lora_config(model)   # PEFT adapters on the module: synced alone, over the base (module doc)
+        if self.lora is not None:
+            if not sync_weights:
+                raise ValueError("a module with LoRA adapters needs sync_weights=True (the engine is sent its "
+                                 "adapter); to evaluate an adapter, give its merged folder")
+            if enable_sleep_mode:
+                raise ValueError("enable_sleep_mode with LoRA adapters: sleep level 2 discards the base, which the "
+                                 "adapter syncs do not send again; leave it off (vllm_sleep_mode=off)")
+            enable_sleep_mode = False
+            llm_kwargs.setdefault("enable_lora", True)
+            llm_kwargs.setdefault("max_lora_rank", engine_lora_rank(int(self.lora.r)))
+            llm_kwargs.setdefault("max_loras", 1)   # the current adapter; the previous one is removed at each sync
         start = start_settings(cuda=cuda, sync_weights=sync_weights, enable_sleep_mode=enable_sleep_mode)
         self.sleep_mode = start["enable_sleep_mode"]
         llm_kwargs.setdefault("load_format", start["load_format"])
@@ -211,7 +273,12 @@ class VLLMSampler:
                 raise ValueError(f"model_path {path!r} is not a model folder, and the module's weights are on the "
                                  f"meta device (load_skeleton): pass the folder or hub id vLLM should load")
             path = self._tmp_dir = tempfile.mkdtemp(prefix=f"ts_vllm_r{rank}_")
-            model.save_pretrained(path)
+            if self.lora is None:
+                model.save_pretrained(path)
+            else:   # the engine starts from dummy weights and is sent the base: the architecture is enough
+                model.config.save_pretrained(path)
+                if getattr(model, "generation_config", None) is not None:
+                    model.generation_config.save_pretrained(path)
             if tokenizer is not None:
                 tokenizer.save_pretrained(path)
         self.model_path = path
@@ -244,6 +311,11 @@ class VLLMSampler:
         self.sync_check_tensors = int(sync_check_tensors)
         self._layout: dict | None = None   # checkpoint name -> its place in the engine (sync_layout)
         self._updates = self._check_cursor = 0
+        self._base_synced = False   # LoRA: the base goes to the engine once, then the adapter alone
+        self._lora_request = None   # LoRA: the adapter the engine samples with (one per sync)
+        if self.lora is not None:   # each sync's adapter folder; deleted by close(), or at exit after a crash
+            self._lora_dir = tempfile.mkdtemp(prefix=f"ts_vllm_lora_r{rank}_")
+            weakref.finalize(self, shutil.rmtree, self._lora_dir, True)
         if sync_weights:
             if not cuda:
                 _keep_cpu_weights(self._runner().get_model())
@@ -279,6 +351,9 @@ class VLLMSampler:
         for name, t in model.state_dict().items():
             for prefix in _WRAPPER_PREFIXES:
                 name = name.replace(prefix, "")
+            if ".lora_A." in name or ".lora_B." in name:   # a PEFT adapter: synced on its own (_sync_adapter)
+                continue
+            name = name.replace(".base_layer.", ".")   # a PEFT-wrapped layer's base weight, as checkpoints name it
             if tied and name == "lm_head.weight":
                 continue
             t = t.detach()
@@ -293,19 +368,114 @@ class VLLMSampler:
         the probe's log-prob gap is recorded in ``last_update`` (None with ``probe=False``), never a gate (see the
         module doc). On several ranks every rank calls it (the gathers, the probe's forward and the check's
         verdict are collectives)."""
+        t0 = time.perf_counter()
         vmodel = self._runner().get_model()
         if self._layout is None:
             self._layout = sync_layout(vmodel)
-        check = self._next_check()
-        sent, kept, nbytes = self._reload(model, check)
-        problem = self.verify(vmodel, sent, kept)
+        sent, kept, nbytes, problem, adapter = [], {}, 0, None, None
+        if self.lora is None or not self._base_synced:
+            # LoRA: the frozen base goes once, and every one of its tensors is read back
+            check = list(self._layout) if self.lora is not None else self._next_check()
+            sent, kept, nbytes = self._reload(model, check)
+            problem = self.verify(vmodel, sent, kept)
+            self._base_synced = problem is None
+        if self.lora is not None and problem is None:
+            adapter, problem = self._sync_adapter(model)
+        seconds = time.perf_counter() - t0   # the sync alone: the probe's forward is not part of it
         gap = self.probe_logp_gap(model) if probe else None   # before the verdict: a collective forward
         problem = _on_any_rank(problem, next(vmodel.parameters()).device)
         if problem:
             raise RuntimeError(problem)
         self._updates += 1
         self.last_update = {"tensors": len(sent), "bytes": nbytes, "tensors_checked": len(kept),
-                            "checked": list(kept), "probe_logp_diff_max": gap}
+                            "checked": list(kept), "probe_logp_diff_max": gap, "seconds": seconds}
+        if adapter is not None:   # bytes: what this sync sent, the base (first sync only) and the adapter
+            self.last_update.update(
+                tensors=len(sent) + adapter["tensors"], bytes=nbytes + adapter["bytes"], base_bytes=nbytes,
+                tensors_checked=len(kept) + adapter["tensors"], adapter_checked=adapter["tensors"],
+                adapter_bytes=adapter["bytes"], adapter_file_bytes=adapter["file_bytes"], lora_int_id=adapter["id"])
+
+    # -- LoRA: the adapter alone --------------------------------------------------------------------------
+
+    def _sync_adapter(self, model: torch.nn.Module) -> tuple[dict, str | None]:
+        """Write the module's adapter (its tensors in the engine's dtype) as a PEFT folder and load it into the
+        engine as a new ``LoRARequest`` with the next ``lora_int_id`` (vLLM caches adapters by id: a new id is what
+        makes it read the new tensors), after removing the previous adapter and its folder, so neither memory nor
+        disk grows. Returns (what was sent, the exact check's problem or None: ``verify_adapter``)."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        dtype = getattr(torch, self.dtype)
+        tensors = adapter_tensors(model, dtype)
+        lora_id = (self._lora_request.lora_int_id if self._lora_request is not None else 0) + 1
+        folder = os.path.join(self._lora_dir, f"sync_{lora_id}")
+        os.makedirs(folder, exist_ok=True)
+        save_file(tensors, os.path.join(folder, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        config = copy.deepcopy(self.lora)
+        config.base_model_name_or_path = self.model_path
+        config.save_pretrained(folder)
+        old, engine = self._lora_request, self.llm.llm_engine
+        if old is not None:
+            engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        request = LoRARequest(f"ts_adapter_{lora_id}", lora_id, folder)
+        if not engine.add_lora(request):
+            return {}, f"vLLM adapter sync: the engine did not load the adapter in {folder}"
+        self._lora_request = request
+        self.llm.reset_prefix_cache()   # cached prefixes were computed with the old adapter
+        sent = {"tensors": len(tensors), "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+                "file_bytes": os.path.getsize(os.path.join(folder, ADAPTER_WEIGHTS)), "id": lora_id}
+        return sent, self.verify_adapter(tensors)
+
+    def _lora_slot(self, lora_id: int) -> int:
+        """The engine's slot (index into each LoRA layer's stacked tensors) holding adapter ``lora_id``."""
+        manager = getattr(self._runner().lora_manager, "_adapter_manager", None)
+        slots = list(getattr(manager, "lora_index_to_id", None) or [])
+        if lora_id not in slots:
+            raise RuntimeError(f"vLLM adapter sync: adapter {lora_id} is not active in the engine (slots {slots})")
+        return slots.index(lora_id)
+
+    @torch.no_grad()
+    def verify_adapter(self, sent: dict[str, torch.Tensor]) -> str | None:
+        """The exact check of an adapter sync: every adapter tensor sent reads back bit for bit from the slot the
+        engine computes with (each LoRA layer's ``lora_a_stacked`` / ``lora_b_stacked``: A as sent, B times the
+        scale alpha / r as vLLM folds it in, the padding to ``max_lora_rank`` zero), and every LoRA layer of the
+        engine that holds a nonzero slot was sent. Returns the first problem, naming the tensor, or None."""
+        vmodel = self._runner().get_model()
+        slot = self._lora_slot(self._lora_request.lora_int_id)
+        r, alpha = int(self.lora.r), float(self.lora.lora_alpha)
+        scale = alpha / r ** 0.5 if getattr(self.lora, "use_rslora", False) else alpha / r
+        covered = set()
+        for key, t in sent.items():
+            module, _, leaf = key.removeprefix(PEFT_PREFIX).rpartition(".lora_")   # leaf: A.weight / B.weight
+            parent, _, kind = module.rpartition(".")
+            vname, index = (f"{parent}.{_PART[kind][0]}", _PART[kind][1]) if kind in _PART else (module, 0)
+            try:
+                layer = vmodel.get_submodule(vname)
+                stacked = (layer.lora_a_stacked if leaf.startswith("A") else layer.lora_b_stacked)[index][slot, 0]
+            except (AttributeError, IndexError) as e:
+                return f"vLLM adapter sync: {key} has no LoRA slot in the engine ({vname}: {e})"
+            covered.add((vname, index))
+            want = torch.zeros_like(stacked)
+            if leaf.startswith("A"):
+                want[:t.shape[0], :t.shape[1]] = t.to(stacked.dtype)
+            else:   # vLLM's LoRALayerWeights.optimize: lora_b *= scaling, in the engine's dtype
+                b = t.to(stacked.dtype).clone()
+                b *= scale
+                want[:b.shape[0], :b.shape[1]] = b
+            if not torch.equal(stacked, want):
+                bad = int((stacked != want).sum())
+                return (f"vLLM adapter sync: {key} reads back from the engine ({vname} slot {slot}, slice {index}) "
+                        f"different from what was sent ({bad} of {stacked.numel()} elements differ)")
+        for name, layer in vmodel.named_modules():
+            for which in ("lora_a_stacked", "lora_b_stacked"):
+                held = getattr(layer, which, None)   # a tuple of slices (linear layers), a tensor (embedding)
+                slices = held if isinstance(held, (tuple, list)) else () if held is None else (held,)
+                for index, stacked in enumerate(slices):
+                    if (name, index) not in covered and bool(stacked[slot].any()):
+                        return (f"vLLM adapter sync: the engine's {name} (slice {index}) holds adapter weights "
+                                f"that were not sent")
+        return None
 
     def _next_check(self) -> list[str]:
         """The checkpoint tensors this update reads back: the next ``sync_check_tensors`` of the engine's tensors
@@ -415,7 +585,8 @@ class VLLMSampler:
         g = torch.Generator().manual_seed(1234)
         probe = torch.randint(0, vocab, (PROBE_TOKENS,), generator=g).tolist()
         params = self._vllm.SamplingParams(n=1, max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-        out = self.llm.generate([{"prompt_token_ids": probe}], params, use_tqdm=False)[0]
+        out = self.llm.generate([{"prompt_token_ids": probe}], params, use_tqdm=False,
+                                lora_request=self._lora_request)[0]
         ours = [d[t].logprob for d, t in zip(out.prompt_logprobs[1:], probe[1:])]
         was_training = model.training
         model.eval()
@@ -430,15 +601,16 @@ class VLLMSampler:
     def close(self) -> None:
         """Release the engine (its weights and KV cache) so that another engine or model can take the memory."""
         import gc
-        import shutil
         llm, self.llm = getattr(self, "llm", None), None
         del llm
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        if getattr(self, "_tmp_dir", None):
-            shutil.rmtree(self._tmp_dir, ignore_errors=True)
-            self._tmp_dir = None
+        for attr in ("_tmp_dir", "_lora_dir"):
+            if getattr(self, attr, None):
+                shutil.rmtree(getattr(self, attr), ignore_errors=True)
+                setattr(self, attr, None)
+        self._lora_request = None
 
     def sleep(self) -> None:
         """Free the engine's GPU memory while the trainer updates: weights and KV cache are discarded (vLLM sleep
@@ -503,7 +675,7 @@ class VLLMSampler:
             for i in todo
         ]
         inputs = [{"prompt_token_ids": list(prompts[i])} for i in todo]
-        outs = self.llm.generate(inputs, params, use_tqdm=False)
+        outs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=getattr(self, "_lora_request", None))
         for i, o in zip(todo, outs):
             c = o.outputs[0]
             ids = list(c.token_ids)

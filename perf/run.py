@@ -19,8 +19,8 @@ import traceback
 from pathlib import Path
 
 from perf import (bench_binning, bench_dynamic_sampling, bench_engines, bench_gpu, bench_graders,
-                        bench_logprob_memory, bench_padding, bench_sampler_vs_generate, bench_scaling,
-                        bench_seeds_overhead, bench_trainer_vs_trl)
+                        bench_logprob_memory, bench_lora_sync, bench_padding, bench_sampler_vs_generate,
+                        bench_scaling, bench_seeds_overhead, bench_trainer_vs_trl)
 from perf.common import (THREADS, BenchResult, Context, load_snapshot, machine_info, markdown_table,
                                result_markdown, result_text)
 
@@ -37,6 +37,7 @@ BENCHMARKS = {
     "logprob_memory": bench_logprob_memory,
     "padding": bench_padding,
     "dynamic_sampling": bench_dynamic_sampling,
+    "lora_sync": bench_lora_sync,
 }
 
 

@@ -47,12 +47,17 @@ def rollout_logp_check(rows: list[Rollout], records: dict[int, TokenRecord], d: 
 
 def sync_check_metrics(sampler) -> dict:
     """The vLLM engine's account of this step's sync (``VLLMSampler.last_update``): the tensors read back and found
-    bit-exact, and the probe's log-prob gap between engine and trainer (a metric only: bf16 kernels differ)."""
+    bit-exact, the probe's log-prob gap between engine and trainer (a metric only: bf16 kernels differ), and the
+    bytes sent and seconds taken (``sync/bytes``, ``sync/seconds``)."""
     update = getattr(sampler, "last_update", None) or {}
     if "tensors_checked" not in update:   # the HF engine: it samples from the module itself
         return {}
-    return {"rollout/sync_tensors_checked": update["tensors_checked"],
-            "rollout/sync_logp_gap_max": update["probe_logp_diff_max"]}
+    out = {"rollout/sync_tensors_checked": update["tensors_checked"],
+           "rollout/sync_logp_gap_max": update["probe_logp_diff_max"]}
+    # what the sync sent (a LoRA engine: the adapter alone, after the first) and how long it took, probe excluded
+    out.update({key: update[name] for key, name in (("sync/bytes", "bytes"), ("sync/seconds", "seconds"))
+                if name in update})
+    return out
 
 
 def gather_records(records: dict[int, TokenRecord], d: Dist) -> dict[int, TokenRecord]:

@@ -88,7 +88,8 @@ def _logprobs(model, pad_id: int) -> torch.Tensor:
     (["lora_rank=4", "lora_dropout=1"], "lora_dropout must lie in [0, 1)"),
     (["lora_rank=4", "lora_alpha=-2"], "lora_alpha must be > 0"),
     (["lora_rank=4", "lora_targets=[]"], "lora_targets must name at least one module"),
-    (["lora_rank=4", "engine=vllm"], "adapter sync to vLLM (LoRARequest) is not built yet"),
+    (["lora_rank=4", "engine=vllm", "vllm_sleep_mode='on'"], "lora_rank=4 with vllm_sleep_mode=on: sleep level 2"),
+    (["lora_rank=1024", "engine=vllm"], "vLLM serves adapters up to rank 512"),
     (["export_merged=true"], "export_merged=true merges a LoRA adapter, but lora_rank=0"),
 ])
 def test_bad_lora_settings_are_one_line_naming_the_field(override, expected):
@@ -100,6 +101,15 @@ def test_bad_lora_settings_are_one_line_naming_the_field(override, expected):
 def test_lora_on_several_ranks_is_refused():
     with pytest.raises(ConfigError, match="runs on one process only for now"):
         validate(load_config(None, ["lora_rank=4"]), world_size=2)
+    with pytest.raises(ConfigError, match="runs on one process only for now"):
+        validate(load_config(None, ["lora_rank=4", "engine=vllm"]), world_size=2)
+
+
+def test_lora_with_vllm_on_one_process_is_accepted():
+    # the adapter-only sync (tests/inference/test_vllm_lora.py); sleep mode auto / off: the engine does not sleep
+    for extra in ([], ["vllm_sleep_mode='off'"], ["vllm_sleep_mode=auto"]):
+        validate(load_config(None, ["lora_rank=4", "engine=vllm", *extra]), world_size=1)
+    validate(load_config(None, ["lora_rank=4", "engine=auto"]), world_size=1)
 
 
 def test_a_target_the_model_lacks_is_named_with_its_linear_layers(tmp_path, capsys):
