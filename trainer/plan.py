@@ -11,6 +11,14 @@ for the root), in the update phase (engine asleep) and the generation phase (eng
 of the model's shapes and the config's fields; ``terms`` and ``generation_terms`` name where each comes from;
 ``perf/device_check.py`` measures the update phase's per-layer terms on one GPU.
 
+**LoRA** (``lora_rank`` > 0, docs/lora.md): one process on one GPU (``trainer.config.validate_lora``), so the plan is
+for ``LORA_GPUS`` card. The frozen base is held once in the compute dtype (2 B/param: no fp32 master, gradient or
+AdamW moments) and only the adapter (``lora_params``: r x (d_in + d_out) per target projection) carries fp32
+weights, gradients and two moments; one process computes with the base as it is (``trainer.fsdp.cast_for_compute``),
+so no unit is all-gathered; the base's head and embeddings get no gradient. Activations are a full run's. A LoRA
+engine does not sleep (vLLM's sleep level 2 would drop the base the adapter-only syncs never resend), so its share
+is held in the update phase too, and the derived share leaves ``HEADROOM`` at the larger of the two phases.
+
 **Time** (docs/performance.md, "Step-time model"), on ``PLANNED_GPUS`` x H100 SXM. A term's name matches the metric a
 run logs, so the first GPU run reads against it (``time/gen_s``, ``time/train_s``, ``time/behavior_s``):
 
@@ -50,6 +58,7 @@ GB = 1e9
 CARD_BYTES = 81_559 * 2**20
 PLANNED_GPUS = 8                # the paper presets are planned for one node of 8 x 80 GB (torchrun --nproc_per_node 8)
 RANKS = PLANNED_GPUS
+LORA_GPUS = 1                   # lora_rank > 0 runs on one process only (trainer.config.validate_lora): one 80 GB card
 LOGIT_CHUNK_MEASURED_GB = 3.9   # perf/bench_logprob_memory.py: 1024 positions x 152,064 logits, fp32, CPU
 CUDA_OVERHEAD_GB = 2.0          # CUDA context, NCCL buffers, allocator fragmentation: an allowance, not derived
 VLLM_ASLEEP_GB = 1.0            # what a level-2-asleep engine keeps (its context, CUDA-graph pool): an allowance
@@ -115,6 +124,30 @@ def params(s: dict) -> int:
     return s["layers"] * layer_params(s) + root_params(s)
 
 
+def lora_dims(s: dict) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each projection a LoRA target may name in a decoder layer (trainer.config.LORA_TARGETS)."""
+    h, q, kv, m = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"], s["mlp"]
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, m), "up_proj": (h, m), "down_proj": (m, h)}
+
+
+def lora_layer_params(s: dict, rank: int, targets) -> int:
+    """One decoder layer's adapter parameters: A (r x d_in) and B (d_out x r) per target projection; a target the
+    plan has no shape for (``lora_unplanned``) is not counted."""
+    dims = lora_dims(s)
+    return sum(rank * sum(dims[t]) for t in targets if t in dims)
+
+
+def lora_params(s: dict, rank: int, targets) -> int:
+    """The adapter's trainable parameters (PEFT's count for the seven projections of a Llama/Qwen decoder)."""
+    return s["layers"] * lora_layer_params(s, rank, targets)
+
+
+def lora_unplanned(s: dict, targets) -> list[str]:
+    """The targets ``lora_params`` does not count (not a decoder layer's projection: e.g. lm_head)."""
+    return [t for t in targets if t not in lora_dims(s)]
+
+
 def kv_bytes_per_token(s: dict) -> int:
     return 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2          # K and V of every layer, bf16
 
@@ -130,10 +163,26 @@ def recompute_bytes_per_token(s: dict) -> int:
     return h * 16 + q * 8 + kv * 6 + m * 8
 
 
-def terms(s: dict, *, tokens: int, ranks: int = RANKS) -> dict[str, float]:
-    """The update phase's terms in GB (module doc); ``tokens`` is ``micro_batch_tokens``."""
+def terms(s: dict, *, tokens: int, ranks: int = RANKS, lora: int = 0) -> dict[str, float]:
+    """The update phase's terms in GB (module doc); ``tokens`` is ``micro_batch_tokens``. ``lora``: the adapter's
+    parameter count (``lora_params``; 0 = full fine-tuning): the LoRA terms (module doc) on one process."""
     P, Pl, Pr = params(s), layer_params(s), root_params(s)
     h, V = s["hidden"], s["vocab"]
+    acts = {"boundaries": s["layers"] * tokens * h * 2 / GB, "final_norm": tokens * h * (4 + 2) / GB,
+            "layer_recompute": tokens * recompute_bytes_per_token(s) / GB}
+    if lora:
+        return {
+            "state": (2 * P + 16 * lora) / GB,              # the frozen base in bf16; the adapter's fp32 + grad + 2 moments
+            "base": 2 * P / GB,
+            "adapter_state": 16 * lora / GB,
+            "root_unsharded": 0.0,                           # one process: the base computes as it is, no all-gather
+            "layers_in_flight": 0.0,
+            **acts,                                          # the activations are a full run's
+            "layer_grads": 2 * lora / s["layers"] / GB,      # a layer's adapter gradients in bf16 (fp32: in state)
+            "head_grad": 0.0,                                # the head is frozen: no weight gradient
+            "head_grad_fp32": 0.0,
+            "logit_chunk": LOGIT_CHUNK_MEASURED_GB * V / 152064,
+        }
     return {
         "state": 16 * P / ranks / GB,                        # fp32 weights, fp32 gradients, AdamW's two moments
         "root_unsharded": 2 * Pr / GB,                       # the root unit's bf16 all-gather, kept through backward
@@ -159,7 +208,7 @@ def scoring_bytes_per_token(s: dict) -> int:
     return 4 * h + max(6 * m, 6 * q + 6 * kv)
 
 
-def generation_terms(s: dict, *, tokens: int, ranks: int = RANKS) -> dict:
+def generation_terms(s: dict, *, tokens: int, ranks: int = RANKS, lora: int = 0) -> dict:
     """What the trainer holds beside its state while the engine is awake, in GB: the two terms of a no-grad forward
     of the policy (the sync's probe of vLLM; the refresh's scoring of its cached responses, ``micro_batch_tokens``
     at a time, ``trainer.rollout.RolloutBuilder._score``; M2PO's stale batch and a restart's sources likewise).
@@ -172,8 +221,9 @@ def generation_terms(s: dict, *, tokens: int, ranks: int = RANKS) -> dict:
     the one prefetched) and the LM head (the final norm's fp32 and bf16 output, one log-prob chunk: the chunk's
     forward + backward measurement, an upper bound of its forward). The probe's forward is one short sequence: the
     same root term, a negligible transient; every preset of a backbone is planned with the scoring term, so they get
-    one engine share (the KV cache, i.e. decoding throughput, is then the same in a seeds vs on-policy comparison)."""
-    t = terms(s, tokens=tokens, ranks=ranks)
+    one engine share (the KV cache, i.e. decoding throughput, is then the same in a seeds vs on-policy comparison).
+    ``lora``: as ``terms`` (one process: nothing gathered, the layer's working set alone)."""
+    t = terms(s, tokens=tokens, ranks=ranks, lora=lora)
     at_layer = t["layers_in_flight"] + tokens * scoring_bytes_per_token(s) / GB
     at_head = t["final_norm"] + t["logit_chunk"]
     return {"root_gathered": t["root_unsharded"], "scoring": max(at_layer, at_head),
@@ -187,12 +237,15 @@ HEADROOM = 0.10
 UTIL_STEP = 0.05
 
 
-def derived_util(state_gb: float, gen: dict) -> float:
+def derived_util(state_gb: float, gen: dict, *, awake_update: float | None = None) -> float:
     """The ``vllm_gpu_memory_utilization`` the plan derives: the largest multiple of ``UTIL_STEP`` whose share
     leaves ``HEADROOM`` of the card free at the generation phase's peak (state + allowance + the no-grad forward's
-    root and transient + the share)."""
+    root and transient + the share). ``awake_update``: the update phase's peak less the share when the engine stays
+    awake through it (LoRA), which must leave the headroom too."""
     card = CARD_BYTES / GB
     fixed = state_gb + CUDA_OVERHEAD_GB + gen["root_gathered"] + gen["scoring"]
+    if awake_update is not None:
+        fixed = max(fixed, awake_update)
     steps = int((card * (1 - HEADROOM) - fixed) / card / UTIL_STEP + 1e-9)
     return round(steps * UTIL_STEP, 2)
 
@@ -208,24 +261,38 @@ def update_peak(t: dict) -> tuple[float, str]:
     return (at_head, "LM head") if at_head > at_layer else (at_layer, "last layer")
 
 
+def planned_gpus(cfg) -> int:
+    """The GPUs the preset ``cfg`` is planned for: ``LORA_GPUS`` with ``lora_rank`` > 0, else ``PLANNED_GPUS``."""
+    return LORA_GPUS if cfg.lora_rank else PLANNED_GPUS
+
+
 def memory_plan(cfg, s: dict) -> dict:
-    """The per-GPU memory plan of the run ``cfg`` (a ``trainer.config.Config``) on ``PLANNED_GPUS`` x 80 GB."""
-    t = terms(s, tokens=cfg.micro_batch_tokens)
+    """The per-GPU memory plan of the run ``cfg`` (a ``trainer.config.Config``) on ``planned_gpus(cfg)`` x 80 GB.
+    With ``lora_rank`` > 0 the LoRA terms (module doc), and ``update_peak`` holds the awake engine's share."""
+    A = lora_params(s, cfg.lora_rank, cfg.lora_targets) if cfg.lora_rank else 0
+    ranks = planned_gpus(cfg)
+    t = terms(s, tokens=cfg.micro_batch_tokens, ranks=ranks, lora=A)
     peak, where = update_peak(t)
     share = cfg.vllm_gpu_memory_utilization * CARD_BYTES / GB
+    awake = bool(A)   # a LoRA engine does not sleep: its share is held through the update
+    asleep_peak = peak
+    if awake:
+        peak = peak - VLLM_ASLEEP_GB + share
     weights = 2 * params(s) / GB
     kv_token = kv_bytes_per_token(s)
     max_len = cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_response_tokens
     kv_gb = share - weights - 1.0   # vLLM's own activations and CUDA graphs: about 1 GB at these batch sizes
-    g = generation_terms(s, tokens=cfg.micro_batch_tokens)
+    g = generation_terms(s, tokens=cfg.micro_batch_tokens, ranks=ranks, lora=A)
     gen = t["state"] + share + CUDA_OVERHEAD_GB + g["root_gathered"] + g["scoring"]
-    return {"model": cfg.model, "params": params(s), "tokens": cfg.micro_batch_tokens,
-            "terms": t, "gen_terms": g, "derived_util": derived_util(t["state"], g),
+    util = derived_util(t["state"], g, awake_update=asleep_peak - VLLM_ASLEEP_GB if awake else None)
+    return {"model": cfg.model, "params": params(s), "tokens": cfg.micro_batch_tokens, "gpus": ranks,
+            "lora_params": A, "engine_awake_in_update": awake,
+            "terms": t, "gen_terms": g, "derived_util": util,
             "update_peak": peak, "update_peak_at": where, "util": cfg.vllm_gpu_memory_utilization,
             "share": share, "vllm_weights": weights, "kv_bytes_per_token": kv_token, "kv_gb": kv_gb,
             "kv_tokens": kv_gb * GB / kv_token, "max_model_len": max_len,
             "kv_sequences": kv_gb * GB / kv_token / max_len, "generation": gen,
-            "sleep_off": peak - VLLM_ASLEEP_GB + share, "card": CARD_BYTES / GB}
+            "sleep_off": asleep_peak - VLLM_ASLEEP_GB + share, "card": CARD_BYTES / GB}
 
 
 # --------------------------------------------------------------------------------------------------------- time
@@ -270,15 +337,16 @@ def decode_seconds(s: dict, rows_per_gpu: float, prompt: float, max_new: int) ->
 
 
 def update_seconds(s: dict, prompts: int, G: int, prompt: float, max_resp: int, *, gpus: int = PLANNED_GPUS,
-                   share_prompt: bool = True) -> float:
+                   share_prompt: bool = True, frozen_base: bool = False) -> float:
     """The flat forward's update of ``prompts`` groups of ``G`` rows over the GPUs (module doc); ``share_prompt``
-    False: each row's prompt computed again (verl's remove-padding layout)."""
+    False: each row's prompt computed again (verl's remove-padding layout); ``frozen_base`` (LoRA): the base's
+    weight gradients are not computed, 6 P FLOPs per token instead of 8 P (the adapter's own are negligible)."""
     P = params(s)
     mean_r = max_resp / 2
     tokens = prompts * ((prompt if share_prompt else G * prompt) + G * mean_r)
     mean_l2 = prompt ** 2 + prompt * max_resp + max_resp ** 2 / 3    # E[(p + U(0, R))^2]
     attn = 8 * mean_l2 * s["heads"] * s["head_dim"] * s["layers"] * prompts * G / 2   # causal: half the square
-    return (8 * P * tokens + attn) / (gpus * PEAK_FLOPS * MFU)
+    return ((6 if frozen_base else 8) * P * tokens + attn) / (gpus * PEAK_FLOPS * MFU)
 
 
 def _validation(cfg) -> tuple[int, int]:
@@ -293,7 +361,7 @@ def step_time(cfg, s: dict, *, gpus: int = PLANNED_GPUS, oversample: float | Non
     prompt, R = cfg.max_prompt_tokens / 2, cfg.max_response_tokens
     k = float(oversample if oversample is not None else cfg.oversample or AUTO_OVERSAMPLE)
     gen = decode_seconds(s, k * prompts * G / gpus, prompt, R)
-    upd = update_seconds(s, prompts, G, prompt, R, gpus=gpus)
+    upd = update_seconds(s, prompts, G, prompt, R, gpus=gpus, frozen_base=bool(cfg.lora_rank))
     refresh = 0.0
     if cfg.algorithm == "seeds":
         T = cfg.seed_refresh_interval
@@ -317,7 +385,8 @@ def verl_step_time(cfg, s: dict, *, gpus: int = PLANNED_GPUS) -> StepTime:
     prompt, R = cfg.max_prompt_tokens / 2, cfg.max_response_tokens
     gen = decode_seconds(s, 3 * prompts * G / gpus, prompt, R)
     old = 2 * params(s) * prompts * G * (prompt + R / 2) / (gpus * PEAK_FLOPS * MFU)
-    upd = update_seconds(s, prompts, G, prompt, R, gpus=gpus, share_prompt=False) + old
+    upd = update_seconds(s, prompts, G, prompt, R, gpus=gpus, share_prompt=False,
+                         frozen_base=bool(cfg.lora_rank)) + old
     ours = step_time(cfg, s, gpus=gpus)
     return StepTime(gen, upd, 0.0, ours.validation_s, SYNC_S)
 
@@ -327,14 +396,21 @@ def dtype_bytes(name: str) -> int:
     return 4 if name == "float32" else 2
 
 
-def disk_plan(cfg, P: int, *, gpu: bool = True) -> dict:
+def disk_plan(cfg, P: int, *, gpu: bool = True, lora: int = 0) -> dict:
     """Bytes a run writes (``trainer.checkpoint``): each checkpoint's Hugging Face export (``export_dtype``; auto is
     the compute dtype, bf16 on a GPU) and its ``trainer_state/`` (weights and AdamW's two moments in ``master_dtype``,
     sharded by DCP); ``keep_checkpoints`` exports stay (0 = every save) plus ``checkpoints/best``, and the newest
-    ``keep_resume_states`` keep their state; one more state exists while the next checkpoint is written."""
+    ``keep_resume_states`` keep their state; one more state exists while the next checkpoint is written.
+    ``lora`` (the adapter's parameter count, ``lora_rank`` > 0): the export is the adapter in ``master_dtype``
+    (``adapter_model.safetensors``), plus ``merged/`` (P in ``export_dtype``) with ``export_merged``; the state is
+    the adapter and its two moments."""
     compute = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if gpu else "float32")
-    export = P * dtype_bytes(cfg.export_dtype if cfg.export_dtype != "auto" else compute)
-    state = 3 * P * dtype_bytes(cfg.master_dtype)
+    full = P * dtype_bytes(cfg.export_dtype if cfg.export_dtype != "auto" else compute)
+    if lora:
+        export = lora * dtype_bytes(cfg.master_dtype) + (full if cfg.export_merged else 0)
+        state = 3 * lora * dtype_bytes(cfg.master_dtype)
+    else:
+        export, state = full, 3 * P * dtype_bytes(cfg.master_dtype)
     saves = math.ceil(cfg.total_steps / cfg.save_every) if cfg.save_every else 1
     kept = min(saves, cfg.keep_checkpoints + 1 if cfg.keep_checkpoints else saves)   # + checkpoints/best
     states = min(saves, cfg.keep_resume_states + 1)
@@ -411,42 +487,57 @@ def plan_lines(cfg, *, world_size: int = 1) -> list[str]:
         why = source if s is None else f"engine={cfg.engine}: not a GPU preset"
         lines.append(f"GPUs: not planned ({why}); the GPU plan covers vLLM runs of a model with a known shape")
     else:
-        groups = cfg.prompts_per_step / PLANNED_GPUS
-        lines.append(f"GPUs: planned for {PLANNED_GPUS} x 80 GB on one node (torchrun --nproc_per_node "
-                     f"{PLANNED_GPUS}); prompts_per_step={cfg.prompts_per_step} "
-                     + (f"divides {PLANNED_GPUS}: {groups:g} groups per rank" if groups.is_integer() else
-                        f"does NOT divide {PLANNED_GPUS}: use a multiple of {PLANNED_GPUS}")
-                     + (f"; this launch has {world_size} rank(s)" if world_size not in (1, PLANNED_GPUS) else ""))
+        n = planned_gpus(cfg)
+        groups = cfg.prompts_per_step / n
+        launch = (f"{n} x 80 GB on one node (torchrun --nproc_per_node {n})" if n > 1 else
+                  f"1 x 80 GB (one process: lora_rank={cfg.lora_rank} runs on one rank, docs/lora.md)")
+        lines.append(f"GPUs: planned for {launch}; prompts_per_step={cfg.prompts_per_step} "
+                     + (f"divides {n}: {groups:g} groups per rank" if groups.is_integer() else
+                        f"does NOT divide {n}: use a multiple of {n}")
+                     + (f"; this launch has {world_size} rank(s)" if world_size not in (1, n) else ""))
         m = memory_plan(cfg, s)
         card = m["card"]
-        lines.append(f"memory per GPU (plan, docs/gpu_memory.md; shapes from {source}, {m['params'] / 1e9:.2f} B "
+        lines.append(f"memory per GPU (plan, {'docs/lora.md' if m['lora_params'] else 'docs/gpu_memory.md'}; shapes from {source}, {m['params'] / 1e9:.2f} B "
                      f"parameters, micro_batch_tokens={cfg.micro_batch_tokens:,}):")
-        lines.append(f"  update phase (engine asleep): {m['update_peak']:.1f} of {card:.1f} GB at the "
+        if m["lora_params"]:
+            unplanned = lora_unplanned(s, cfg.lora_targets)
+            lines.append(f"  LoRA rank {cfg.lora_rank} on {', '.join(cfg.lora_targets)}: {m['lora_params']:,} trainable "
+                         f"parameters ({m['lora_params'] / m['params']:.2%} of the base); frozen base in bf16 "
+                         f"{m['terms']['base']:.1f} GB, adapter fp32 weights + gradients + AdamW moments "
+                         f"{m['terms']['adapter_state']:.2f} GB"
+                         + (f" (not counted: {', '.join(unplanned)}, no shape in the plan)" if unplanned else ""))
+        lines.append(f"  update phase (engine {'awake: a LoRA engine does not sleep' if m['engine_awake_in_update'] else 'asleep'}): "
+                     f"{m['update_peak']:.1f} of {card:.1f} GB at the "
                      f"{m['update_peak_at']} (state {m['terms']['state']:.1f}, checkpointed boundaries "
-                     f"{m['terms']['boundaries']:.1f})")
+                     f"{m['terms']['boundaries']:.1f}"
+                     + (f", engine share {m['share']:.1f}" if m["engine_awake_in_update"] else "") + ")")
         lines.append(f"  generation phase (engine awake): {m['generation']:.1f} of {card:.1f} GB "
                      f"(engine share {m['util']:g} = {m['share']:.1f} GB: KV cache {m['kv_gb']:.1f} GB ~ "
                      f"{m['kv_sequences']:.0f} sequences of {m['max_model_len']:,}; no-grad scoring "
                      f"{m['gen_terms']['scoring']:.1f} GB)")
         if m["util"] != m["derived_util"]:
             lines.append(f"  vllm_gpu_memory_utilization={m['util']:g}, the plan derives {m['derived_util']:g} "
-                         f"(leaving {HEADROOM:.0%} of the card free at the generation peak)")
+                         f"(leaving {HEADROOM:.0%} of the card free at the "
+                         f"{'larger phase' if m['engine_awake_in_update'] else 'generation'} peak)")
         if max(m["update_peak"], m["generation"]) > card:
             lines.append("  WARNING: a phase exceeds the card: lower micro_batch_tokens or the engine share")
-        t = step_time(cfg, s)
-        verl = verl_step_time(cfg, s)
-        lines.append(f"time per step (ESTIMATE from the step-time model on {PLANNED_GPUS} x H100, docs/performance.md; "
+        t = step_time(cfg, s, gpus=n)
+        verl = verl_step_time(cfg, s, gpus=n)
+        lines.append(f"time per step (ESTIMATE from the step-time model on {n} x H100, docs/performance.md; "
                      f"not measured): {t.total_s:.0f} s = generation {t.generation_s:.0f} + update {t.update_s:.0f} "
                      f"+ refresh {t.refresh_s:.0f} + validation {t.validation_s:.0f} + sync {t.sync_s:.0f}; "
                      f"{cfg.total_steps} steps ~ {_hours(t.total_s * cfg.total_steps)} "
                      f"(verl's DAPO recipe at the same settings: {verl.total_s:.0f} s/step)")
     P = params(s) if s is not None else None
     if P is not None:
-        d = disk_plan(cfg, P, gpu=gpu_run)
+        A = lora_params(s, cfg.lora_rank, cfg.lora_targets) if cfg.lora_rank else 0
+        d = disk_plan(cfg, P, gpu=gpu_run, lora=A)
         kept = ("every export kept (keep_checkpoints=0)" if not cfg.keep_checkpoints else
                 f"{d['kept']} exports kept (keep_checkpoints={cfg.keep_checkpoints} and checkpoints/best)")
-        lines.append(f"disk: {d['checkpoint'] / GB:.1f} GB per checkpoint (export {d['export'] / GB:.1f} + "
-                     f"trainer_state {d['state'] / GB:.1f}); {d['saves']} saves, at most {d['run'] / GB:.1f} GB "
+        what = ("adapter" + (" + merged/" if cfg.export_merged else "")) if A else "export"
+        f = ".2f" if A else ".1f"   # an adapter's checkpoint is a fraction of a GB
+        lines.append(f"disk: {d['checkpoint'] / GB:{f}} GB per checkpoint ({what} {d['export'] / GB:{f}} + "
+                     f"trainer_state {d['state'] / GB:{f}}); {d['saves']} saves, at most {d['run'] / GB:.1f} GB "
                      f"for the run ({kept}; the newest keep_resume_states={cfg.keep_resume_states} states and the "
                      f"one being written)")
     lines += download_lines(cfg, P)

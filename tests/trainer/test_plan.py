@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from trainer.config import load_config
-from trainer.plan import (GB, SHAPES, disk_plan, memory_plan, model_shapes, params, plan_lines, shapes_from_config,
-                          step_time, verl_step_time)
+from trainer.plan import (CARD_BYTES, CUDA_OVERHEAD_GB, GB, PLANNED_GPUS, SHAPES, disk_plan, lora_params, memory_plan,
+                          model_shapes, params, plan_lines, shapes_from_config, step_time, terms, update_seconds,
+                          verl_step_time)
 from trainer.train import main as train_main
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = str(REPO / "trainer" / "configs" / "qwen25math7b_seeds_ratio.yaml")
+LORA_PRESETS = [str(REPO / "trainer" / "configs" / f"qwen25math7b_{m}_lora.yaml") for m in ("onpolicy", "seeds_ratio")]
 
 
 def _plan_block(err: str) -> list[str]:
@@ -136,3 +138,100 @@ def test_online_sizes_come_from_the_hubs_file_metadata(monkeypatch):
     assert plan.hub_size("Qwen/Qwen2.5-Math-7B") == 3_000_001_000
     monkeypatch.setattr(inference.hub, "hub_reachable", lambda: False)
     assert plan.hub_size("Qwen/Qwen2.5-Math-7B") is None
+
+
+# ------------------------------------------------------------------------------------------------------------ LoRA
+def test_the_lora_terms_at_7b_by_hand():
+    """Rank 32 on the seven projections of the 7B: r x (d_in + d_out) per projection, 28 layers; the frozen base held
+    once in bf16 (2 B/param), fp32 weights, gradients and AdamW's two moments (16 B) for the adapter alone."""
+    s = SHAPES["Qwen/Qwen2.5-Math-7B"]
+    h, q, kv, m = 3584, 28 * 128, 4 * 128, 18944
+    per_layer = 32 * ((h + q) + (h + kv) + (h + kv) + (q + h) + (h + m) + (h + m) + (m + h))
+    A = 28 * per_layer
+    assert A == lora_params(s, 32, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    assert A == 80_740_352 and lora_params(s, 32, ["q_proj", "lm_head"]) == 28 * 32 * (h + q)   # lm_head: no shape
+    P = params(s)
+    t, full = terms(s, tokens=32768, ranks=1, lora=A), terms(s, tokens=32768)
+    assert t["base"] == pytest.approx(2 * P / GB) and round(t["base"], 1) == 15.2
+    assert t["adapter_state"] == pytest.approx(16 * A / GB) and round(t["adapter_state"], 2) == 1.29
+    assert t["state"] == pytest.approx((2 * P + 16 * A) / GB)    # against the full run's 16 P / 8 ranks = 15.2
+    # one process: nothing all-gathered; the frozen head has no gradient; a layer's adapter gradient in bf16
+    assert t["root_unsharded"] == t["layers_in_flight"] == t["head_grad"] == t["head_grad_fp32"] == 0.0
+    assert t["layer_grads"] == pytest.approx(2 * per_layer / GB)
+    # the activations are a full run's
+    for k in ("boundaries", "final_norm", "layer_recompute", "logit_chunk"):
+        assert t[k] == full[k]
+    # the frozen base's weight gradients are not computed: 6 P per token in the update instead of 8 P
+    args = (s, 32, 8, 512.0, 3072)
+    tokens = 32 * (512 + 8 * 1536)                              # each prompt once, every response token
+    assert update_seconds(*args) - update_seconds(*args, frozen_base=True) == \
+        pytest.approx(2 * P * tokens / (8 * 989e12 * 0.40))     # 8 H100s at 40 % MFU
+
+
+@pytest.mark.parametrize("preset", LORA_PRESETS, ids=lambda p: Path(p).stem)
+def test_the_lora_presets_fit_one_80gb_card(preset):
+    """The one-GPU LoRA presets: both phases under 80 GB (the engine awake through the update: its share is held
+    there too), the update phase's peak by hand, the method fields those of the full preset."""
+    cfg = load_config(preset, [])
+    full = load_config(preset.replace("_lora.yaml", ".yaml"), [])
+    s = SHAPES[cfg.model]
+    m = memory_plan(cfg, s)
+    assert (m["gpus"], m["lora_params"], m["engine_awake_in_update"], cfg.lora_rank) == (1, 80_740_352, True, 32)
+    assert m["update_peak"] < 80 and m["generation"] < 80 and m["sleep_off"] < 80
+    t = m["terms"]
+    share = 0.5 * CARD_BYTES / GB
+    assert m["util"] == m["derived_util"] == 0.5
+    assert m["update_peak_at"] == "last layer"
+    assert m["update_peak"] == pytest.approx(t["state"] + t["boundaries"] + t["layer_recompute"] + t["layer_grads"]
+                                             + CUDA_OVERHEAD_GB + share)
+    assert (round(m["update_peak"], 1), round(m["generation"], 1)) == (75.8, 65.9)
+    assert cfg.lr == pytest.approx(10 * full.lr)
+    differ = {"lora_rank", "lr", "vllm_gpu_memory_utilization", "run_name"}
+    assert {k: v for k, v in vars(cfg).items() if k not in differ} == \
+        {k: v for k, v in vars(full).items() if k not in differ}
+    # the full preset's 0.6 share would leave 1.2 GB of the card in the awake update phase
+    assert round(memory_plan(load_config(preset, ["vllm_gpu_memory_utilization=0.6"]), s)["update_peak"], 1) == 84.3
+
+
+def test_lora_rank_0_leaves_the_full_plan_unchanged():
+    cfg = load_config(PRESET, [])
+    s = SHAPES[cfg.model]
+    m = memory_plan(cfg, s)
+    assert (m["gpus"], m["lora_params"], m["engine_awake_in_update"]) == (PLANNED_GPUS, 0, False)
+    assert terms(s, tokens=32768, lora=0) == terms(s, tokens=32768)
+    assert m["terms"]["state"] == pytest.approx(16 * params(s) / 8 / GB)
+    assert (round(m["update_peak"], 1), round(m["generation"], 1), m["derived_util"]) == (38.3, 75.9, 0.6)
+    assert m["sleep_off"] == pytest.approx(m["update_peak"] - 1.0 + m["share"])
+    # the targets alone (lora_rank 0) change nothing
+    assert memory_plan(load_config(PRESET, ["lora_targets=[q_proj]"]), s) == m
+    assert disk_plan(cfg, 1000, lora=0) == disk_plan(cfg, 1000)
+    assert step_time(cfg, s) == step_time(load_config(PRESET, ["lora_targets=[q_proj]"]), s)
+    assert not any("LoRA" in x for x in plan_lines(cfg))
+
+
+def test_lora_disk_by_hand():
+    cfg = load_config(LORA_PRESETS[1], [])
+    d = disk_plan(cfg, 1000, lora=10)
+    assert (d["export"], d["state"]) == (40, 120)          # the adapter in fp32; it and two moments
+    merged = disk_plan(load_config(LORA_PRESETS[1], ["export_merged=true"]), 1000, lora=10)
+    assert merged["export"] == 40 + 2000                   # + merged/: the base in bf16
+
+
+def test_the_dry_run_of_a_lora_preset_prints_its_plan(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    assert train_main(["--config", LORA_PRESETS[1], "--dry-run"]) == 0
+    block = "\n".join(_plan_block(capsys.readouterr().err))
+    cfg = load_config(LORA_PRESETS[1], [])
+    s = SHAPES[cfg.model]
+    m, t = memory_plan(cfg, s), step_time(cfg, s, gpus=1)
+    assert "planned for 1 x 80 GB (one process" in block and "prompts_per_step=32 divides 1: 32 groups per rank" in block
+    assert "LoRA rank 32 on q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: 80,740,352 trainable" in block
+    assert "frozen base in bf16 15.2 GB, adapter fp32 weights + gradients + AdamW moments 1.29 GB" in block
+    assert "update phase (engine awake: a LoRA engine does not sleep): 75.8 of 85.5 GB at the last layer" in block
+    assert "generation phase (engine awake): 65.9 of 85.5 GB (engine share 0.5 = 42.8 GB" in block
+    assert "WARNING" not in block and "the plan derives" not in block
+    assert "on 1 x H100" in block and f"{t.total_s:.0f} s = generation {t.generation_s:.0f}" in block
+    A = 80_740_352
+    assert f"disk: {16 * A / GB:.2f} GB per checkpoint (adapter {4 * A / GB:.2f} + trainer_state {12 * A / GB:.2f})" \
+        in block

@@ -34,9 +34,11 @@ def test_the_presets_cover_every_backbone_the_plan_knows():
 @pytest.mark.parametrize("preset", PRESETS)
 def test_each_preset_engine_share_is_the_plans(preset):
     """vllm_gpu_memory_utilization is the largest multiple of UTIL_STEP whose generation phase (state, allowance, the
-    no-grad forward's root and transient, the share) leaves HEADROOM of the card: one step more would not."""
+    no-grad forward's root and transient, the share) leaves HEADROOM of the card: one step more would not. A LoRA
+    preset's engine stays awake through the update, so its larger phase is the one held to the headroom."""
     p = plan(preset)
     card = CARD_BYTES / GB
+    peak = max(p["generation"], p["update_peak"]) if p["engine_awake_in_update"] else p["generation"]
     assert p["util"] == p["derived_util"], f"{preset}: set vllm_gpu_memory_utilization: {p['derived_util']:g}"
-    assert card - p["generation"] >= HEADROOM * card
-    assert card - (p["generation"] + UTIL_STEP * card) < HEADROOM * card
+    assert card - peak >= HEADROOM * card
+    assert card - (peak + UTIL_STEP * card) < HEADROOM * card
