@@ -169,26 +169,39 @@ def test_gradient_invariant_to_micro_batch_size(over):
         assert loss == pytest.approx(ref_loss, abs=1e-6), f"micro_batch_size={mb} changes the summed loss"
 
 
+def _one_microbatch(algorithm: str, overrides: list[str]):
+    """(rows, backward_minibatch's loss, and the pure pieces recomputed for the same rows: logp, entropy, mask) of
+    the fixed rollouts in one micro-batch of a 1m model (seed 3), so a test can rebuild the loss by hand."""
+    from inference.tiny import build_model, build_tokenizer
+    from trainer.policy import response_logprobs
+    tok = build_tokenizer()
+    cfg = load_config(None, [f"algorithm={algorithm}", "micro_batch_size=64", *overrides])
+    rows = fixed_rollouts(tok, algorithm=algorithm)
+    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        logp, ent, mask = response_logprobs(build_model("1m", tok, seed=3), [r.prompt_ids for r in rows],
+                                            [r.response_ids for r in rows], pad_id=tok.pad_token_id, device="cpu",
+                                            forward="model")
+    return rows, total, logp, ent, mask
+
+
+def _seeds_batch(rows, logp, mask):
+    """The seeds loss's TokenBatch of ``rows`` (behavior log-probs padded with NaN) and their seed lengths."""
+    from trainer.algos import TokenBatch
+    R = logp.shape[1]
+    seed_lens = torch.tensor([r.seed_len for r in rows])
+    behavior = torch.tensor([(r.behavior_logp or []) + [math.nan] * (R - len(r.behavior_logp or [])) for r in rows])
+    return TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
+                      seed_lens=seed_lens, behavior_logp=behavior), seed_lens
+
+
 def test_the_loss_is_the_table_entry_over_the_step_denominator():
     """backward_minibatch's loss for a seeds "state" batch in one micro-batch, recomputed by hand from the pure
     pieces: the continuation-token count of the batch is the denominator, and the entropy bonus is the token mean
     over the same continuation tokens (the tokens the loss is a mean of)."""
-    from inference.tiny import build_model, build_tokenizer
-    from trainer.algos import LOSSES, TokenBatch, seed_loss_mask
-    from trainer.policy import response_logprobs
-    tok = build_tokenizer()
-    cfg = load_config(None, ["algorithm=seeds", "seed_loss=state", "micro_batch_size=64", "entropy_coef=0.01"])
-    rows = fixed_rollouts(tok, algorithm="seeds")
-    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
-    model = build_model("1m", tok, seed=3)
-    with torch.no_grad():
-        logp, ent, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
-                                            pad_id=tok.pad_token_id, device="cpu", forward="model")
-    R = logp.shape[1]
-    seed_lens = torch.tensor([r.seed_len for r in rows])
-    behavior = torch.tensor([(r.behavior_logp or []) + [math.nan] * (R - len(r.behavior_logp or [])) for r in rows])
-    batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
-                       seed_lens=seed_lens, behavior_logp=behavior)
+    from trainer.algos import LOSSES, seed_loss_mask
+    rows, total, logp, ent, mask = _one_microbatch("seeds", ["seed_loss=state", "entropy_coef=0.01"])
+    batch, seed_lens = _seeds_batch(rows, logp, mask)
     loss_mat, _ = LOSSES["seeds"](batch, clip_low=0.2, clip_high=0.28)
     keep = seed_loss_mask(mask, seed_lens, variant="state")
     n_cont = sum(len(r.response_ids) - r.seed_len for r in rows)
@@ -201,23 +214,10 @@ def test_prefix_sft_term_is_the_reference_prefix_nll_over_its_own_token_count():
     """seed_source=external with seed_prefix_sft_coef (Prefix-RFT's supervised side): the loss is the state variant's
     (continuation tokens over their count) plus coef times the mean negative log-likelihood of the prefix (seed)
     tokens, over the prefix-token count of the step: recomputed from the pure pieces for one micro-batch."""
-    from inference.tiny import build_model, build_tokenizer
-    from trainer.algos import LOSSES, TokenBatch, seed_loss_mask, seed_token_mask
-    from trainer.policy import response_logprobs
-    tok = build_tokenizer()
-    cfg = load_config(None, ["algorithm=seeds", "seed_source=external", "seed_loss=state", "micro_batch_size=64",
-                             "seed_prefix_sft_coef=0.5"])
-    rows = fixed_rollouts(tok, algorithm="seeds")
-    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
-    model = build_model("1m", tok, seed=3)
-    with torch.no_grad():
-        logp, _, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
-                                          pad_id=tok.pad_token_id, device="cpu", forward="model")
-    R = logp.shape[1]
-    seed_lens = torch.tensor([r.seed_len for r in rows])
-    behavior = torch.tensor([(r.behavior_logp or []) + [math.nan] * (R - len(r.behavior_logp or [])) for r in rows])
-    batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
-                       seed_lens=seed_lens, behavior_logp=behavior)
+    from trainer.algos import LOSSES, seed_loss_mask, seed_token_mask
+    rows, total, logp, _, mask = _one_microbatch("seeds", ["seed_source=external", "seed_loss=state",
+                                                           "seed_prefix_sft_coef=0.5"])
+    batch, seed_lens = _seeds_batch(rows, logp, mask)
     loss_mat, _ = LOSSES["seeds"](batch, clip_low=0.2, clip_high=0.28, clip_ratio_c=10.0)
     keep, prefix = seed_loss_mask(mask, seed_lens, variant="state"), seed_token_mask(mask, seed_lens)
     n_prefix = sum(r.seed_len for r in rows)
@@ -232,18 +232,9 @@ def test_luffy_entropy_bonus_is_a_token_mean_beside_the_sum_over_max_length():
     the pure pieces for one micro-batch: loss = Σ ℓ / (N·max_len) − 0.001 · Σ H / Σ m. The fixed rows hold 12
     responses of 2..13 tokens (sum below) at max_response_tokens = 64: dividing the bonus by N·64 as the policy loss
     is would make it N·64 / Σ m times weaker."""
-    from inference.tiny import build_model, build_tokenizer
     from trainer.algos import LOSSES, TokenBatch
-    from trainer.policy import response_logprobs
-    tok = build_tokenizer()
-    cfg = load_config(None, ["algorithm=luffy", "loss_agg=token-sum-norm", "entropy_coef=0.001",
-                             "micro_batch_size=64", "max_response_tokens=64"])
-    rows = fixed_rollouts(tok, algorithm="luffy")
-    total, _ = backward_minibatch(build_model("1m", tok, seed=3), cfg, rows, Dist(), pad_id=tok.pad_token_id)
-    model = build_model("1m", tok, seed=3)
-    with torch.no_grad():
-        logp, ent, mask = response_logprobs(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
-                                            pad_id=tok.pad_token_id, device="cpu", forward="model")
+    rows, total, logp, ent, mask = _one_microbatch("luffy", ["loss_agg=token-sum-norm", "entropy_coef=0.001",
+                                                             "max_response_tokens=64"])
     batch = TokenBatch(logp=logp, old_logp=logp, adv=torch.tensor([r.advantage for r in rows]), response_mask=mask,
                        off_policy=torch.tensor([r.off_policy for r in rows]))
     loss_mat, _ = LOSSES["luffy"](batch, gamma=0.1)
