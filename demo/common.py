@@ -15,7 +15,7 @@ import platform
 import resource
 import shutil
 import time
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -148,7 +148,7 @@ def run_finished(cfg) -> bool:
     have = yaml.safe_load(cfg_file.read_text()) or {}
     want = to_dict(cfg)
     # a field added after the run was written counts as its default (the behaviour the run had)
-    defaults = {f.name: f.default for f in fields(cfg) if f.default is not MISSING}
+    defaults = to_dict(type(cfg)())    # default_factory fields (lora_targets) included
     try:
         check_settings(have, want, [k for k in want if k not in _IGNORED], where=f"'{run_dir}'",
                        fix="rerun with --fresh or choose another --out", defaults=defaults)

@@ -34,3 +34,27 @@ def test_seeded_overrides_and_run_names():
                                     "seed_refresh_interval": 8}
     assert RunSpec("onpolicy", "mini_onpolicy", "On-policy").extra({"T": 8}) == {}
     assert (run_name(spec, 0), run_name(spec, 2)) == ("seeds_ratio", "seeds_ratio-seed2")
+
+
+def test_a_run_written_before_a_field_existed_counts_as_finished_and_a_changed_field_refuses(tmp_path):
+    """A run folder whose config.yaml predates the LoRA fields (lora_targets has a default_factory) is the same
+    run; one whose recorded value differs from this launch's is refused with the field named."""
+    import pytest
+    import yaml
+
+    from demo.common import DemoError, run_finished
+    from trainer.checkpoint import checkpoint_dir
+    from trainer.config import Config, to_dict
+
+    cfg = Config(output_dir=str(tmp_path), run_name="r", total_steps=2)
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True)
+    recorded = {k: v for k, v in to_dict(cfg).items() if not k.startswith("lora_")}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(recorded))
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+    assert not run_finished(cfg)                      # no final checkpoint yet
+    checkpoint_dir(run_dir, 1).mkdir(parents=True)
+    assert run_finished(cfg)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**recorded, "lora_targets": ["q_proj"]}))
+    with pytest.raises(DemoError, match=r"other settings \(lora_targets: recorded \['q_proj'\], now \['q_proj', "):
+        run_finished(cfg)
