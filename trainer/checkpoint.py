@@ -58,7 +58,7 @@ from trainer.config import Config, val_eval_command, validation_on
 from inference.hub import holds_model
 from trainer.fsdp import (Dist, all_gather_objects, barrier, broadcast_object, load_sharded, save_sharded,
                           stream_full_state)
-from trainer.lora import ADAPTER, base_folder, has_adapters, merged_state, write_adapter
+from trainer.lora import ADAPTER, adapter_state, base_folder, has_adapters, merged_state, write_adapter
 from trainer.policy import resolve_dtype
 
 FORMAT = 2   # 1: full model in model.safetensors + full optimizer in state.pt (before sharded checkpoints)
@@ -175,8 +175,9 @@ def write_lora_export(out: Path, run_dir: Path, model, tokenizer, d: Dist, *, dt
     base = model.peft_config[ADAPTER].base_model_name_or_path or base_folder(
         run_dir, model, tokenizer, d, dtype=dtype,
         write_export=lambda path, tensors: write_hf_export(path, model, tokenizer, d, tensors=tensors))
+    state = adapter_state(model)   # collective: every rank gathers, rank 0 writes
     if d.is_main:
-        write_adapter(out, model, tokenizer, base=base)
+        write_adapter(out, model, tokenizer, base=base, state=state)
     if merged:
         write_hf_export(Path(out) / "merged", model, tokenizer, d, tensors=merged_state(model, d, dtype=dtype))
 

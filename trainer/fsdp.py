@@ -317,23 +317,34 @@ def _dim0_rows(p) -> tuple[int, int]:
     return start, stop
 
 
+def local_rows(p) -> tuple[torch.Tensor, tuple[int, int]]:
+    """(the tensor this rank holds, the rows [start, stop) of the full tensor it is): a sharded (DTensor)
+    parameter's local shard and ``_dim0_rows``; a plain tensor is all of itself."""
+    if hasattr(p, "to_local"):
+        return p.to_local(), _dim0_rows(p)
+    return p, (0, p.shape[0])
+
+
 @torch.no_grad()
-def load_shards(model: torch.nn.Module, path, d: Dist) -> torch.nn.Module:
+def load_shards(model: torch.nn.Module, path, d: Dist, *, skip=None) -> torch.nn.Module:
     """Materialise a model that was built under ``params_on_meta`` and sharded (``shard_model``) on ``d.device``,
     and fill it from the safetensors files of ``path``: every rank reads only the rows of its own shards
     (``safe_open(...).get_slice``, one tensor's slice at a time, cast to the parameter's dtype as it is copied in),
     so no rank ever holds the whole model, and nothing is communicated. Buffers saved in the checkpoint are read
     whole; the others keep their constructed values. Names are the model's state-dict names (Llama, Qwen2, Qwen3:
-    the checkpoint's); a tensor the files lack, or of another shape, is a ``ModelSourceError`` naming it."""
+    the checkpoint's), a PEFT-wrapped layer's ``<layer>.base_layer.weight`` read as ``<layer>.weight``; a tensor
+    the files lack, or of another shape, is a ``ModelSourceError`` naming it. ``skip(name)``: parameters left
+    uninitialised for the caller to fill (a LoRA run's adapters, ``trainer.lora.init_adapters``)."""
     index = safetensors_index(path)
     materialize(model, d.device)
     aliases: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(p), []).append(name)
-    targets = [(aliases[id(p)], p, True) for _, p in model.named_parameters()]
+    targets = [(aliases[id(p)], p, True) for name, p in model.named_parameters() if not (skip and skip(name))]
     persistent = model.state_dict(keep_vars=True)
     targets += [([name], b, False) for name, b in model.named_buffers() if name in persistent and name in index]
     for names, t, is_param in targets:
+        names = list(dict.fromkeys(m for n in names for m in (n, n.replace(".base_layer.", "."))))
         key = next((n for n in names if n in index), None)
         if key is None:
             raise ModelSourceError(f"{path}: the checkpoint has no tensor {' / '.join(names)} (saved from another "
@@ -378,7 +389,7 @@ def stream_full_state(model: torch.nn.Module, d: Dist, *, dtype: torch.dtype | N
 
 
 @torch.no_grad()
-def copy_full_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+def copy_full_weights(dst: torch.nn.Module, src: torch.nn.Module, *, only=None) -> None:
     """Overwrite the unsharded module ``dst`` with the current weights of ``src`` (sharded or not; the same
     architecture), one tensor at a time: each tensor of ``src``'s state dict is cast to ``dst``'s dtype on its
     shard, all-gathered, copied into ``dst``'s tensor and freed. Beyond the two models the peak is one tensor's

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import math
 import os
 from pathlib import Path
 
 import torch
 
 from trainer.config import Config, ConfigError
-from trainer.fsdp import Dist, stream_full_state
+from trainer.fsdp import Dist, local_rows, stream_full_state
 
 __all__ = ["ADAPTER", "ADAPTER_WEIGHTS", "BASE_DIR", "add_adapters", "adapter_names", "adapter_state",
-           "adapter_summary", "base_folder", "base_reference", "disabled_adapters", "has_adapters", "lora_alpha",
-           "merged_state", "write_adapter"]
+           "adapter_summary", "base_folder", "base_reference", "disabled_adapters", "has_adapters", "init_adapters",
+           "is_adapter_name", "lora_alpha", "merged_state", "write_adapter"]
 
 ADAPTER = "default"                            # PEFT's adapter name: the one adapter a run trains
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # PeftModel.save_pretrained's weights (adapter_config.json beside it)
@@ -75,6 +77,8 @@ def add_adapters(model: torch.nn.Module, cfg: Config, *, compute: torch.dtype, m
     for m in model.modules():
         if isinstance(m, LoraLayer):
             m.cast_input_dtype_enabled = False   # compute in the compute dtype, as the base layer (module doc)
+    if not any(p.is_meta for p in model.parameters()):   # on meta: after the sharded load (trainer.policy)
+        init_adapters(model, cfg.seed)
     if getattr(model, "is_gradient_checkpointing", False):
         model.enable_input_require_grads()   # frozen embeddings: checkpointed layers still need a graph to recompute
     return model
@@ -89,24 +93,53 @@ def disabled_adapters(model: torch.nn.Module):
         return
     from peft.tuners.tuners_utils import BaseTunerLayer
 
+    # the flag PEFT's forward reads, set directly: ``enable_adapters(False)`` also turns the adapters'
+    # requires_grad off, and an FSDP2 unit whose first forward ran so would take them for frozen for good (its
+    # reduce dtype unset: bf16 gradients into fp32 adapters on several ranks)
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
     for m in layers:
-        m.enable_adapters(False)
+        m._disable_adapters = True
     try:
         yield model
     finally:
         for m in layers:
-            m.enable_adapters(True)
+            m._disable_adapters = False
+
+
+def is_adapter_name(name: str) -> bool:
+    """Whether a parameter name is the adapter's (``...q_proj.lora_A.default.weight``), not the base's."""
+    return f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name
 
 
 def adapter_names(model: torch.nn.Module) -> list[str]:
     """The names of the adapter parameters (``...q_proj.lora_A.default.weight``), in the model's order."""
-    return [n for n, _ in model.named_parameters() if f".lora_A.{ADAPTER}." in n or f".lora_B.{ADAPTER}." in n]
+    return [n for n, _ in model.named_parameters() if is_adapter_name(n)]
+
+
+@torch.no_grad()
+def init_adapters(model: torch.nn.Module, seed: int) -> None:
+    """PEFT's default initialisation (``init_lora_weights=True``: ``lora_A`` Kaiming-uniform with a = sqrt(5),
+    that is U(-1/sqrt(fan_in), 1/sqrt(fan_in)); ``lora_B`` zeros, so the adapted model starts as the base), drawn
+    per tensor from a generator seeded by ``seed`` and the tensor's name rather than from the global stream. One
+    process and N ranks then start from the same adapter: a sharded (FSDP2) parameter gets its own rows of the
+    same full draw (``trainer.fsdp.local_rows``)."""
+    for name, p in model.named_parameters():
+        if not is_adapter_name(name):
+            continue
+        if f".lora_B.{ADAPTER}." in name:
+            full = torch.zeros(p.shape)
+        else:
+            key = int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+            bound = 1.0 / math.sqrt(p.shape[1])
+            full = (torch.rand(p.shape, generator=torch.Generator().manual_seed(key)) * 2 - 1) * bound
+        local, (start, stop) = local_rows(p)
+        local.copy_(full[start:stop].to(local.dtype))
 
 
 def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The adapter's tensors as ``PeftModel.save_pretrained`` keys them (``base_model.model.<module>.lora_A.weight``:
-    the wrapper's prefix, no adapter name), on CPU in their own (master) dtype."""
+    the wrapper's prefix, no adapter name), on CPU in their own (master) dtype. Collective on a sharded model
+    (each tensor is gathered whole): every rank calls it, and every rank gets the tensors."""
     params = dict(model.named_parameters())
     out = {}
     for name in adapter_names(model):
@@ -116,15 +149,18 @@ def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def write_adapter(out: Path, model: torch.nn.Module, tokenizer, *, base: str) -> None:
+def write_adapter(out: Path, model: torch.nn.Module, tokenizer, *, base: str,
+                  state: dict[str, torch.Tensor] | None = None) -> None:
     """PEFT's adapter folder in ``out`` (rank 0): ``adapter_config.json`` naming ``base`` as
     ``base_model_name_or_path``, ``adapter_model.safetensors``, and the tokenizer, so that
-    ``PeftModel.from_pretrained(<base>, out)`` loads it and ``eval.run --model out`` scores it."""
+    ``PeftModel.from_pretrained(<base>, out)`` loads it and ``eval.run --model out`` scores it. ``state``: the
+    tensors, gathered by every rank beforehand (``adapter_state`` is collective); default ``adapter_state(model)``,
+    one process."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(adapter_state(model), str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    save_file(adapter_state(model) if state is None else state, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     config = copy.deepcopy(model.peft_config[ADAPTER])
     config.base_model_name_or_path = base
     config.save_pretrained(str(out))
@@ -137,11 +173,14 @@ def merged_state(model: torch.nn.Module, d: Dist, *, dtype: torch.dtype | None, 
     float32 (``merge=False``: W alone, the frozen base), then cast to ``dtype`` (None: its own). Collective; rank 0
     gets the tensors, the others None."""
     deltas = {}
-    if merge:
+    if merge:   # scale * B @ A from the whole A and B (gathered on every rank: a shard's product is not a shard)
         from peft.tuners.lora import LoraLayer
-        with torch.no_grad():
-            deltas = {name: m.get_delta_weight(ADAPTER).float().cpu() for name, m in model.named_modules()
-                      if isinstance(m, LoraLayer) and ADAPTER in m.lora_A}
+        full = adapter_state(model)
+        if d.is_main:
+            deltas = {name: (full[f"{_PEFT_PREFIX}{name}.lora_B.weight"].float()
+                             @ full[f"{_PEFT_PREFIX}{name}.lora_A.weight"].float()) * m.scaling[ADAPTER]
+                      for name, m in model.named_modules() if isinstance(m, LoraLayer) and ADAPTER in m.lora_A}
+        del full
     adapters = set(adapter_names(model))
     for name, tensor in stream_full_state(model, d):
         if name in adapters or tensor is None:

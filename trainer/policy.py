@@ -125,7 +125,9 @@ def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute:
     for library callers): the model is built whole, moved to the device and sharded, as before.
 
     ``adapt``: applied to the built model before it is moved and sharded (``trainer.lora.add_adapters``: LoRA
-    layers, the base frozen in ``compute``); one process only (``trainer.config.validate_lora``)."""
+    layers, the base frozen in ``compute``). On several ranks the adapters are injected into the model on the meta
+    device, sharded with it (each unit's frozen base and trainable adapters in one FSDP2 group), and after the base
+    is read shard by shard they are initialised by ``trainer.lora.init_adapters`` as on one process."""
     meta = d.enabled and builder is None and not model_name.startswith("tiny:")
     if meta:
         model, tokenizer = build_policy(model_name, dtype=master, seed=seed, meta=True)
@@ -135,13 +137,14 @@ def load_for_training(model_name: str, d: Dist, *, master: torch.dtype, compute:
         # transformers 5 renamed it (the old name warns)
         (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     if adapt is not None:
-        assert not meta, "adapters are added to a model built whole (one process: trainer.config.validate_lora)"
         model = adapt(model)
     if not meta:
         model.to(d.device)
     model = shard_model(model, d, param_dtype=compute)
     if meta:
-        load_shards(model, model_name, d)
+        from trainer.lora import init_adapters, is_adapter_name
+        load_shards(model, model_name, d, skip=is_adapter_name)
+        init_adapters(model, seed)   # no-op without adapters
     return model, tokenizer
 
 
@@ -170,10 +173,21 @@ def engine_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device
     ``device``, for the HF engine on several ranks: built with its parameters on the meta device and materialised
     there, so it costs 2 bytes per parameter in bf16 and no fp32 copy of the master is ever made (a ``deepcopy``
     of the fp32 model cost 4, 28 GB per GPU at 7B). Buffers are the model's own (cloned, in their dtype); the
-    parameters are uninitialised until ``trainer.fsdp.copy_full_weights`` fills them."""
+    parameters are uninitialised until ``trainer.fsdp.copy_full_weights`` fills them. A model with LoRA adapters
+    (``trainer.lora``) gets the same adapters (PEFT's ``inject_adapter_in_model``), so the engine computes base +
+    adapter unmerged, as the trained module and the one-process engine do, and a sync need send the adapter only."""
+    from trainer.lora import ADAPTER, has_adapters
     with params_on_meta():
         out = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=dtype)
+        if has_adapters(model):
+            from peft import inject_adapter_in_model
+            from peft.tuners.lora import LoraLayer
+            inject_adapter_in_model(copy.deepcopy(model.peft_config[ADAPTER]), out, adapter_name=ADAPTER)
+            for m in out.modules():
+                if isinstance(m, LoraLayer):
+                    m.cast_input_dtype_enabled = False
     materialize(out, device)
+    out.to(dtype)   # the adapters were built in the default dtype; the buffers are the model's own just below
     for name, buf in model.named_buffers():
         owner, _, leaf = name.rpartition(".")
         out.get_submodule(owner)._buffers[leaf] = buf.detach().clone()
