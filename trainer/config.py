@@ -28,6 +28,7 @@ from scoring.tasks import TASKS
 from scoring.templates import TEMPLATES
 from trainer.algos import (AdvScale, Advantage, Algorithm, KlEstimator, LossAgg, M2poVariant, RolloutCorrection, SeedLoss,
                            SeedRule, SeedSource, SeedTrigger, StaleLoss, TokenMask, CYCLE_SOURCES)
+from trainer.mixture import MixtureWeights, read_relay_matrix
 from trainer.tracking import TrackerName
 
 __all__ = ["Config", "ConfigError", "load_config", "build_config", "validate", "validate_lora", "validation_on", "uses_traces", "validation_warnings",
@@ -217,6 +218,25 @@ class Config:
                                           # sampling: the policy changes under the posterior; 0.9 = an outcome
                                           # weighs half after 6.6 steps); 1 = never forget
     seed_pool_size: int = 4               # seed_source=pool: the newest correct responses kept per prompt
+    seed_mixture_size: int = 3            # seed_source=mixture (trainer/mixture.py; docs/method.md "Seeds from a
+                                          # mixture of past policies"): K >= 2 snapshots of the refresh policies t,
+                                          # t-T, ..., t-(K-1)T; each prompt of batches 2..T takes its G seeds
+                                          # (responses and behavior log-probs) from one member drawn by
+                                          # seed_mixture_weights, batch 1 from the current policy (it trains
+                                          # on-policy). A snapshot is the trainable tensors on CPU in master_dtype:
+                                          # the adapter with LoRA (MB), every parameter with full fine-tuning (4
+                                          # B/param in fp32: 28 GB per snapshot at 7B, split over the ranks), held in
+                                          # host memory and saved in each checkpoint's trainer_state (one process;
+                                          # several ranks keep theirs per rank and resume afresh). A launch whose
+                                          # snapshots would take over half the machine's memory is refused
+    seed_mixture_base: bool = False       # also keep the initial policy (step 0) as a member for good
+    seed_mixture_weights: MixtureWeights = "uniform"  # uniform | age (seed_mixture_age_weights) | relay (from
+                                          # seed_mixture_matrix: w ~ max(mean gain at the member's lag, 0) + floor)
+    seed_mixture_age_weights: list[float] = field(default_factory=list)  # weights=age: one per member by age,
+                                          # newest first (K of them; K + 1 with seed_mixture_base, the base's last)
+    seed_mixture_matrix: str = ""         # weights=relay: matrix.csv of `tsanalysis relay --matrix` (writer,
+                                          # continuer, k, gain, ...; pass@1 gains, lag = continuer - writer)
+    seed_mixture_floor: float = 0.01      # weights=relay: added to every member's max(gain, 0), so each stays drawable
     seed_prefix_sft_coef: float = 0.0     # seed_source=external: > 0 adds this times the negative log-likelihood of the
                                           # reference prefix (the seed tokens; token mean over those of the step) to
                                           # the loss: Prefix-RFT's supervised side (arXiv:2507.01679); 0 = the prefix
@@ -433,6 +453,7 @@ def validate(cfg: Config, *, world_size: int = 1) -> None:
         _check(cfg.seed_pool_size >= 1, f"seed_pool_size must be >= 1, got {cfg.seed_pool_size}")
         _check(0 < cfg.seed_adaptive_discount <= 1,
                f"seed_adaptive_discount must lie in (0, 1] (1 = never forget), got {cfg.seed_adaptive_discount:g}")
+    validate_mixture(cfg)
     _check(cfg.seed_prefix_sft_coef >= 0, f"seed_prefix_sft_coef must be >= 0 (0 = off), got {cfg.seed_prefix_sft_coef:g}")
     _check(cfg.seed_prefix_sft_coef == 0 or (cfg.algorithm == "seeds" and cfg.seed_source == "external"),
            f"seed_prefix_sft_coef={cfg.seed_prefix_sft_coef:g} trains the reference trace's prefix (Prefix-RFT), which only "
@@ -496,14 +517,46 @@ def validate_lora(cfg: Config, *, world_size: int = 1) -> None:
         _check(not cfg.export_merged, "export_merged=true merges a LoRA adapter, but lora_rank=0 trains none: set "
                                       "lora_rank > 0, or export_merged=false (a full run's checkpoints are models)")
         return
-    _check(world_size == 1, f"lora_rank={cfg.lora_rank} runs on one process only for now (adapters are not wired "
-                            f"into the sharded FSDP2 load), got {world_size} ranks: launch one rank, or lora_rank=0")
+    _check(world_size == 1 or cfg.engine == "hf",
+           f"lora_rank={cfg.lora_rank} on {world_size} ranks runs with engine=hf for now (the adapter-only sync "
+           f"to vLLM is tested on one process), got engine={cfg.engine}: set engine=hf, or launch one rank")
     if cfg.engine != "hf":   # vllm, or auto (vllm where it is installed and a GPU runs): the adapter-only sync
         _check(cfg.lora_rank <= 512, f"lora_rank={cfg.lora_rank} with engine={cfg.engine}: vLLM serves adapters up "
                                      f"to rank 512 (max_lora_rank); use engine=hf, or a smaller lora_rank")
         _check(cfg.vllm_sleep_mode != "on", f"lora_rank={cfg.lora_rank} with vllm_sleep_mode=on: sleep level 2 "
                                             f"discards the base, which the adapter-only syncs do not send again; "
                                             f"use vllm_sleep_mode=auto or off (a LoRA engine does not sleep)")
+
+
+def validate_mixture(cfg: Config) -> None:
+    """The seed_mixture_* fields' checks (``seed_source=mixture``, ``trainer.mixture``): the relay matrix is read
+    here, so a missing or malformed file stops the launch before a model is built."""
+    if cfg.seed_source != "mixture":
+        return
+    _check(cfg.algorithm == "seeds", f"seed_source=mixture draws Thinking Seeds' seeds from past policies, but "
+                                     f"algorithm={cfg.algorithm} has no seeds: set algorithm=seeds, or leave "
+                                     f"seed_source at refresh")
+    _check(cfg.seed_mixture_size >= 2, f"seed_mixture_size must be >= 2 (the newest policy and at least one older; "
+                                       f"1 is seed_source=refresh), got {cfg.seed_mixture_size}")
+    n = cfg.seed_mixture_size + cfg.seed_mixture_base
+    ws = cfg.seed_mixture_age_weights
+    if cfg.seed_mixture_weights == "age":
+        _check(len(ws) == n and all(isinstance(w, (int, float)) and w >= 0 for w in ws) and sum(ws) > 0,
+               f"seed_mixture_age_weights must be {n} weights >= 0, newest first (seed_mixture_size="
+               f"{cfg.seed_mixture_size}" + (" plus the base's, last" if cfg.seed_mixture_base else "")
+               + f"), not all 0, e.g. [{', '.join(['1'] * n)}]; got {ws}")
+    else:
+        _check(not ws, f"seed_mixture_age_weights={ws} is read with seed_mixture_weights=age only, got "
+                       f"{cfg.seed_mixture_weights}: set seed_mixture_weights=age, or drop the weights")
+    if cfg.seed_mixture_weights == "relay":
+        _check(cfg.seed_mixture_floor > 0, f"seed_mixture_floor must be > 0 (every member keeps a chance), got "
+                                           f"{cfg.seed_mixture_floor:g}")
+        _check(bool(cfg.seed_mixture_matrix), "seed_mixture_weights=relay needs seed_mixture_matrix=<matrix.csv of "
+                                              "`tsanalysis relay --matrix`>")
+        read_relay_matrix(cfg.seed_mixture_matrix)   # a ConfigError naming the file and what it lacks
+    else:
+        _check(not cfg.seed_mixture_matrix, f"seed_mixture_matrix is read with seed_mixture_weights=relay only, got "
+                                            f"{cfg.seed_mixture_weights}: set seed_mixture_weights=relay, or drop it")
 
 
 def uses_traces(cfg: Config) -> bool:

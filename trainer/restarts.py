@@ -90,7 +90,7 @@ def _sources_of(b, step: int, k: int, ex: int, j: int | None, fresh: list[list] 
     and entropies None when not known yet, ``correct`` None when not graded yet."""
     cfg, G = b.cfg, b.cfg.samples_per_prompt
     src = cfg.seed_source
-    if src == "refresh":
+    if src in ("refresh", "mixture"):   # mixture: each cached response names its writer
         return b._cached(j, k)
     if src == "pool":
         pool = b.seed_pool.get(b.examples[ex]["id"], [])

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 import os
+import typing
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Sequence, TypedDict
+from typing import Callable, Sequence, TypedDict
 
 import numpy as np
 import torch
@@ -41,7 +42,9 @@ from trainer.config import Config
 from trainer.data import PromptLoader, off_policy_ids
 from trainer.fsdp import (Dist, all_gather_objects, all_gather_rows, compute_dtype, copy_full_weights, patient_group,
                           reshard, wait_for_generation)
+from trainer.lora import has_adapters, is_adapter_name
 from trainer.policy import engine_copy, score
+from trainer.mixture import Snapshot, draw_members, load_snapshot, member_weights, read_relay_matrix, take_snapshot
 from trainer.restarts import restart_step
 
 
@@ -103,13 +106,15 @@ def mix_seed(*parts: int) -> int:
 # same step and round draw independently)
 FRESH, REFRESH, SEEDED = 1, 2, 4
 ENTROPY_PICK, ADAPTIVE_PICK = 3, 5   # the entropy rule's and the adaptive rule's draws (not sampling calls)
+MIXTURE_PICK = 6                     # seed_source=mixture: which past policy writes each prompt's seeds
 
 
 def thinking_seeds(cfg) -> bool:
     """The paper's restart distribution: seeds from the refresh cycle, every prompt, a fixed rule (``_refresh`` /
     ``_seeded``); any other ``seed_source`` / ``seed_trigger`` / ``seed_rule`` goes through
     ``trainer.restarts.restart_step``."""
-    return cfg.seed_source == "refresh" and cfg.seed_trigger == "always" and cfg.seed_rule in ("ratio", "entropy")
+    return (cfg.seed_source in ("refresh", "mixture") and cfg.seed_trigger == "always"
+            and cfg.seed_rule in ("ratio", "entropy"))
 
 
 def fresh_first_round(cfg) -> bool:
@@ -178,6 +183,15 @@ class SeedBuffer(TypedDict):
     step: int                            # the refresh step
     batches: list[list[int]]             # the example indices of the cycle's T batches
     cache: list[list[CachedResponse]]    # batch b's responses, prompt-major: prompt k's G at [k * G:(k + 1) * G]
+    # seed_source=mixture only: writers[b][k], the step of the policy that wrote prompt k of batch b (its seed_step)
+    writers: typing.NotRequired[list[list[int]]]
+
+
+class Mixture(TypedDict):
+    """seed_source=mixture's members (``trainer.mixture``; checkpointed with the builder on one process)."""
+
+    ring: list[Snapshot]                 # the newest seed_mixture_size refresh policies, newest first
+    base: Snapshot | None                # the initial policy (seed_mixture_base), else None
 
 
 @dataclass
@@ -197,6 +211,10 @@ class RolloutBuilder:
     arm_stats: dict[str, dict[str, list[float]]] | None = None
     restart_metrics: dict[str, float] = field(default_factory=dict)   # the step's seeds/* counts (trainer.restarts)
     stale_queue: list[list[Rollout]] = field(default_factory=list)   # M2PO: rollout batches waiting to be trained on
+    mixture: Mixture | None = None   # seed_source=mixture: the past policies seeds are drawn from
+    # gives the rollout engine the module's current weights (``sync_rollout_weights`` over the run's engine); the
+    # mixture calls it after swapping a past policy in and after restoring. None: the engine is the module itself
+    sync_engine: Callable[[], None] | None = None
     # dynamic sampling's running keep rate (trainer.sampling.update_keep_counts): decayed counts of informative
     # and sampled groups in the rounds it sized; None before its first round (the prior)
     keep_counts: tuple[float, float] | None = None
@@ -206,6 +224,7 @@ class RolloutBuilder:
     behavior_noted: bool = False     # the first refresh said where pi_b's log-probs come from (``behavior``)
     _next_group: int = 0
     _opens_think: bool | None = None
+    _matrix: object = None           # seed_mixture_weights=relay: the relay matrix (a DataFrame), read once
 
     @property
     def prompt_opens_think(self) -> bool:
@@ -265,10 +284,13 @@ class RolloutBuilder:
         batches = [self.loader.next(B) for _ in range(T)]
         flat = [ex for batch in batches for ex in batch]
         prompts = [self.prompt_ids[ex] for ex in flat for _ in range(G)]
-        comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), logprobs=True,
-                              seeds=row_seeds(cfg.seed, step, 0, REFRESH, len(flat), G))
+        seeds = row_seeds(cfg.seed, step, 0, REFRESH, len(flat), G)
+        if cfg.seed_source == "mixture":
+            comps, logp, ent, writers = self._write_mixture(step, flat, prompts, seeds)
+        else:
+            comps = self.generate(prompts, [cfg.max_response_tokens] * len(prompts), logprobs=True, seeds=seeds)
+            logp, ent = self.behavior(prompts, comps)
         responses = [c.token_ids for c in comps]
-        logp, ent = self.behavior(prompts, comps)
         per_batch = B * G
         self.seed_buffer = {
             "step": step,
@@ -277,6 +299,8 @@ class RolloutBuilder:
                         "logp": logp[b * per_batch + i], "entropy": ent[b * per_batch + i]}
                        for i in range(per_batch)] for b in range(T)],
         }
+        if cfg.seed_source == "mixture":
+            self.seed_buffer["writers"] = [writers[b * B:(b + 1) * B] for b in range(T)]
         rows = []
         for k, ex in enumerate(batches[0]):
             group = self._new_group()
@@ -285,6 +309,73 @@ class RolloutBuilder:
                 rows.append(self._row(ex, group, g, c["response_ids"], c["finish_reason"],
                                       sampler_logp=comps[k * G + g].logprobs))   # batch 0 leads the refresh
         return self.reward(rows)
+
+    def _write_mixture(self, step: int, flat: list[int], prompts: list[list[int]], seeds: list[int]):
+        """seed_source=mixture's refresh writing (``trainer.mixture``): snapshot the current policy into the ring,
+        draw one member per prompt of batches 1..T-1 (batch 0 trains on-policy now: the current policy writes it),
+        and let each drawn member generate its prompts' G responses and score them (behavior log-probs and
+        entropies) with its weights swapped into the module and the engine; then the current weights come back bit
+        for bit (copied from their snapshot) and the engine is synced again. Rows keep their seeds (``row_seeds``
+        of the whole refresh), so a row's sample depends on its writer, not on the grouping. Returns the
+        completions, log-probs and entropies in ``prompts``' order, and each prompt's writer step."""
+        cfg, G, B = self.cfg, self.cfg.samples_per_prompt, self.cfg.prompts_per_step
+        members = self._mixture_members(step)
+        weights = member_weights([step - m["step"] for m in members], base=[m is self.mixture["base"] for m in members],
+                                 mode=cfg.seed_mixture_weights, by_age=cfg.seed_mixture_age_weights,
+                                 size=cfg.seed_mixture_size, matrix=self._relay_matrix(), floor=cfg.seed_mixture_floor)
+        pick = np.zeros(len(flat), dtype=np.int64)
+        pick[B:] = draw_members(weights, len(flat) - B, seed=mix_seed(cfg.seed, step, 0, MIXTURE_PICK))
+        n = len(prompts)
+        comps, logp, ent = [None] * n, [None] * n, [None] * n
+        swapped = False
+        try:
+            for m in sorted(set(pick.tolist())):   # 0, the current policy, first: no swap
+                rows = [k * G + g for k in np.flatnonzero(pick == m).tolist() for g in range(G)]
+                if m:
+                    load_snapshot(self.model, members[m])
+                    swapped = True
+                    self._sync_engine()
+                sub = [prompts[i] for i in rows]
+                c = self.generate(sub, [cfg.max_response_tokens] * len(sub), logprobs=True,
+                                  seeds=[seeds[i] for i in rows])
+                lp, en = self.behavior(sub, c)
+                for i, ci, li, ei in zip(rows, c, lp, en):
+                    comps[i], logp[i], ent[i] = ci, li, ei
+        finally:
+            if swapped:
+                load_snapshot(self.model, members[0])   # the current weights, exactly
+                self._sync_engine()
+        self.restart_metrics["seeds/mixture_members"] = float(len(members))
+        self.restart_metrics["seeds/mixture_past_share"] = float((pick[B:] > 0).mean()) if len(flat) > B else 0.0
+        return comps, logp, ent, [members[m]["step"] for m in pick.tolist()]
+
+    def _mixture_members(self, step: int) -> list[Snapshot]:
+        """The current policy's snapshot pushed into the ring (the newest seed_mixture_size kept); the members,
+        newest first, and the initial policy last when it is kept and not in the ring already."""
+        cfg = self.cfg
+        now = take_snapshot(self.model, step)
+        if self.mixture is None:   # the run's first refresh: its policy is the initial one
+            self.mixture = {"ring": [], "base": now if cfg.seed_mixture_base else None}
+        ring = [now] + [s for s in self.mixture["ring"] if s["step"] != step][:cfg.seed_mixture_size - 1]
+        self.mixture["ring"] = ring
+        base = self.mixture["base"]
+        return ring + ([base] if base is not None and all(s["step"] != base["step"] for s in ring) else [])
+
+    def _relay_matrix(self):
+        """seed_mixture_weights=relay's matrix (read once), else None."""
+        if self.cfg.seed_mixture_weights != "relay":
+            return None
+        if self._matrix is None:
+            self._matrix = read_relay_matrix(self.cfg.seed_mixture_matrix)
+        return self._matrix
+
+    def _sync_engine(self) -> None:
+        """The engine samples from the module's weights now (``sync_engine``; default: re-point the engine at the
+        module, which is all a one-process HF engine needs)."""
+        if self.sync_engine is not None:
+            self.sync_engine()
+        else:
+            sync_rollout_weights(self.sampler, self.model, self.model)
 
     def _seeded(self, step: int, j: int) -> list[Rollout]:
         """Step s + j of the cycle: every cached response of batch j, cut and continued by the current policy."""
@@ -295,7 +386,8 @@ class RolloutBuilder:
     def _cached(self, j: int, k: int) -> list[SourceResponse]:
         """The G responses pi_b wrote for prompt k of batch j, as seed sources (not graded yet)."""
         buf, G = self.seed_buffer, self.cfg.samples_per_prompt
-        return [{**c, "step": buf["step"], "correct": None} for c in buf["cache"][j][k * G:(k + 1) * G]]
+        writer = buf["writers"][j][k] if "writers" in buf else buf["step"]   # mixture: the drawn past policy
+        return [{**c, "step": writer, "correct": None} for c in buf["cache"][j][k * G:(k + 1) * G]]
 
     def _cut_and_continue(self, step: int, exs: list[int], sources: list[list[SourceResponse]], *,
                           min_budget: int = 0) -> tuple[list[Rollout], Cut]:
@@ -483,9 +575,12 @@ class RolloutBuilder:
 
     # --- checkpointed state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        # the mixture's snapshots are this rank's shards: rank 0 writes this state, so only a one-process run's
+        # are whole (several ranks resume with the mixture afresh, said then)
         return {"seed_buffer": self.seed_buffer, "stale_queue": self.stale_queue,
                 "generated_tokens": self.generated_tokens, "prefilled_tokens": self.prefilled_tokens,
-                "seed_pool": self.seed_pool, "arm_stats": self.arm_stats, "keep_counts": self.keep_counts}
+                "seed_pool": self.seed_pool, "arm_stats": self.arm_stats, "keep_counts": self.keep_counts,
+                "mixture": self.mixture if self.d.world_size == 1 else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.seed_buffer = state["seed_buffer"]
@@ -495,6 +590,12 @@ class RolloutBuilder:
         self.seed_pool = state.get("seed_pool", {})     # states written before restart distributions have neither
         self.arm_stats = state.get("arm_stats")
         self.keep_counts = state.get("keep_counts")   # states written before oversampling: the prior again
+        self.mixture = state.get("mixture")   # states written before seed_source=mixture have none
+        if self.cfg.seed_source == "mixture" and self.mixture is None and self.d.is_main:
+            print("warning: seed_source=mixture: the checkpoint holds no snapshots of past policies (saved on "
+                  f"several ranks, or before the run used the mixture): the mixture starts afresh from this step's "
+                  f"policy{', which stands in for the initial one' if self.cfg.seed_mixture_base else ''}",
+                  file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -534,10 +635,10 @@ def make_rollout_engine(cfg, model, tokenizer, d: Dist, *, sampler_builder=None)
 def sync_rollout_weights(sampler, engine_model, model) -> None:
     """Give the rollout engine the current weights: HF on one process shares the module (nothing to copy);
     HF on several ranks overwrites its compute-dtype copy one gathered tensor at a time
-    (``trainer.fsdp.copy_full_weights``: one full tensor in flight, never a state dict); vLLM gets the weights
+    (``trainer.fsdp.copy_full_weights``: one full tensor in flight, never a state dict; with LoRA the adapter's); vLLM gets the weights
     pushed, also one tensor at a time."""
-    if engine_model is not model:
-        copy_full_weights(engine_model, model)
+    if engine_model is not model:   # a LoRA run's base was copied when the engine was made: the adapters alone
+        copy_full_weights(engine_model, model, only=is_adapter_name if has_adapters(model) else None)
     sampler.update_weights(engine_model)
     reshard(model)   # vLLM's sync probe runs a no-grad forward of the sharded module: its root unit would stay
                      # gathered through generation (2.2 GB at 7B; docs/gpu_memory.md)

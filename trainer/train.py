@@ -15,6 +15,8 @@ sampling, optional overlong shaping and mini-batching, and verl's dual clip of n
   ``behavior_logprobs=sampler``); batch s+j (j >= 1) cuts each cached response (``seed_rule`` ratio | entropy) and
   the current policy continues. ``seed_loss=state+action``: seed tokens enter the clipped loss with
   r = pi_theta / pi_behavior, continuation tokens with r = pi_theta / pi_old; ``state``: seed tokens are masked.
+  ``seed_source=mixture`` (beyond the paper, its §7; ``trainer/mixture.py``): each prompt's seeds are written by a
+  policy drawn from the last ``seed_mixture_size`` refresh checkpoints, swapped in for the writing and restored.
 * ``algorithm=luffy``: groups mix G-1 on-policy samples with 1 off-policy trace (``off_policy_key`` column);
   off-policy tokens use f(pi) = pi/(pi+gamma) (``trainer/algos/luffy.py``), on-policy tokens are unclipped.
 * ``algorithm=m2po``: trains on rollouts written ``m2po_staleness`` steps ago, with the second-moment trust-region
@@ -87,6 +89,7 @@ from trainer.data import PromptLoader, load_examples, tokenize_prompts
 from trainer.fsdp import Dist, gpu_memory_metrics, init_distributed, shutdown
 from trainer.lora import add_adapters, adapter_summary, base_reference
 from trainer.metrics import gather_records, record_rows, rollout_logp_check, step_metrics, sync_check_metrics
+from trainer.mixture import check_host_memory
 from trainer.policy import (compute_dtype_engines, load_for_training, load_reference, resolve_dtype,
                             resolve_master_dtype)
 from trainer.preflight import NODE_CHECKS, preflight
@@ -145,10 +148,8 @@ def _train(cfg: Config, d: Dist, *, policy_builder, sampler_builder, on_step) ->
     # on several ranks each rank reads only its own shard of the weights (built on the meta device, then sharded)
     source = warm_start(cfg, d)
     # lora_rank > 0: adapters on the frozen base (trainer/lora.py); only they train and carry AdamW state
-    adapt = None
-    if cfg.lora_rank:
-        def adapt(m):
-            return add_adapters(m, cfg, compute=dtype, master=master, base=base_reference(cfg, source))
+    adapt = (lambda m: add_adapters(m, cfg, compute=dtype, master=master, base=base_reference(cfg, source))) \
+        if cfg.lora_rank else None
     model, tokenizer = load_for_training(source, d, master=master, compute=dtype, seed=cfg.seed,
                                          builder=policy_builder, gradient_checkpointing=cfg.gradient_checkpointing,
                                          adapt=adapt)
@@ -172,7 +173,11 @@ def _train(cfg: Config, d: Dist, *, policy_builder, sampler_builder, on_step) ->
     scheduler = make_scheduler(optimizer, cfg)
     loader = PromptLoader(len(prompts.examples), seed=cfg.seed)
     builder = RolloutBuilder(cfg=cfg, examples=prompts.examples, prompt_ids=prompts.ids, loader=loader,
-                             sampler=sampler, tokenizer=tokenizer, model=model, d=d)
+                             sampler=sampler, tokenizer=tokenizer, model=model, d=d,
+                             sync_engine=lambda: sync_rollout_weights(sampler, engine_model, model))
+    if cfg.algorithm == "seeds" and cfg.seed_source == "mixture":   # its snapshots' host memory, said or refused
+        check_host_memory(model, members=cfg.seed_mixture_size + cfg.seed_mixture_base, main=d.is_main,
+                          local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), saved=d.world_size == 1)
     start, produced_tokens = ckpt.resume_run(run_dir, cfg, d, model=model, optimizer=optimizer, scheduler=scheduler,
                                              loader=loader, builder=builder)
     if d.is_main:

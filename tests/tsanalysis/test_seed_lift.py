@@ -304,3 +304,55 @@ def test_tsanalysis_seeds_on_bad_run_dirs_is_one_line_and_exit_2(tmp_path, capsy
     assert tsanalysis_main(["seeds", str(on), "--out", str(tmp_path / "o")]) == 2
     assert "no seeded rows" in _one_error_line(capsys)
     assert not (tmp_path / "o").exists()
+
+
+# ---- lift by source age (seed_source=mixture: seeds from past policies) ---------------------------------------------
+def _mixed_seeds() -> pd.DataFrame:
+    """T = 4. Step 5 (cycle of refresh 4): prompt A written by step 4 (source age 0), B by step 0 (source age 4);
+    step 6: prompt C by step 0 (source age 4). G = 2 each."""
+    rows = []
+    for step, pid, writer, y, s in ((5, "A", 4, [1, 1], [0, 1]), (5, "B", 0, [0, 1], [1, 1]),
+                                    (6, "C", 0, [1, 0], [0, 0])):
+        for i, (yi, si) in enumerate(zip(y, s)):
+            rows.append({"step": step, "prompt_id": pid, "sample_idx": i, "seed_step": writer, "seed_len": 2,
+                         "source_len": 8, "trunc_rule": "ratio", "trunc_token_text": "3", "correct": yi,
+                         "source_correct": si})
+    return SL.seed_table(pd.DataFrame(rows))
+
+
+def test_source_age_by_hand():
+    # (step - step mod T) - seed_step: the cycle's refresh step minus the writer's
+    assert SL.source_age([5, 5, 6, 8, 11], [4, 0, 0, 8, 4], refresh_interval=4).tolist() == [0, 4, 4, 0, 4]
+    assert SL.source_age([3, 7], [2, 2], refresh_interval=1).tolist() == [1, 5]   # T = 1: every step refreshes
+
+
+def test_lift_by_source_by_hand():
+    # A: V_fresh 0.5, lifts 0.5, 0.5. B: V_fresh 1, lifts -1, 0. C: V_fresh 0, lifts 1, 0.
+    t = SL.lift_by_source(_mixed_seeds(), refresh_interval=4, n_boot=200).set_index("source_age")
+    assert t.index.tolist() == [0, 4]
+    assert (t.loc[0, "seeds"], t.loc[0, "groups"], t.loc[0, "writers"]) == (2, 1, 1)
+    assert (t.loc[0, "lift_mean"], t.loc[0, "value_seeded"], t.loc[0, "age_mean"]) == (0.5, 1.0, 1.0)
+    assert (t.loc[4, "seeds"], t.loc[4, "groups"], t.loc[4, "writers"]) == (4, 2, 1)
+    assert t.loc[4, "lift_mean"] == 0.0 and t.loc[4, "value_seeded"] == 0.5 and t.loc[4, "value_fresh"] == 0.5
+    assert t.loc[4, "age_mean"] == 5.5   # steps 5, 5, 6, 6 minus writer 0
+    assert t.loc[4, "lift_low"] <= 0.0 <= t.loc[4, "lift_high"]
+    # T = 2: step 5's cycle began at 4 and step 6's at 6: C's source age is 6
+    t2 = SL.lift_by_source(_mixed_seeds(), refresh_interval=2, n_boot=200).set_index("source_age")
+    assert t2.index.tolist() == [0, 4, 6] and t2.loc[6, "lift_mean"] == 0.5 and t2.loc[4, "lift_mean"] == -0.5
+
+
+def test_tsanalysis_seeds_by_source(tmp_path, capsys):
+    run = _synthetic_run(tmp_path / "run")   # seeds at step 1 written by step 0
+    out = tmp_path / "an"
+    assert tsanalysis_main(["seeds", str(run), "--by", "source", "--refresh-interval", "1", "--out", str(out)]) == 0
+    assert "lift by source age" in capsys.readouterr().out
+    t = pd.read_parquet(out / "by_source_age.parquet")
+    # T = 1: the refresh of step 1's cycle is step 1, the writer step 0: source age 1; the 11 seeds with a lift
+    assert t["source_age"].tolist() == [1] and t["seeds"].tolist() == [11]
+    assert t["lift_mean"].iloc[0] == pytest.approx(3 / 11)
+    # without --refresh-interval the run's config.yaml names T; a synthetic run has none: one line, exit 2
+    assert tsanalysis_main(["seeds", str(run), "--by", "source", "--out", str(tmp_path / "o")]) == 2
+    assert "pass --refresh-interval T" in _one_error_line(capsys)
+    (run / "config.yaml").write_text("seed_refresh_interval: 4\n")
+    assert tsanalysis_main(["seeds", str(run), "--by", "source", "--out", str(tmp_path / "o2")]) == 0
+    assert pd.read_parquet(tmp_path / "o2" / "by_source_age.parquet")["source_age"].tolist() == [0]

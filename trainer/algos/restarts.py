@@ -16,7 +16,9 @@ and continues on Thinking Seeds' own path, ``trainer.rollout.RolloutBuilder._cut
                then explore" from high-entropy positions, arXiv 2507.07017; with ``seed_rule=entropy``);
   ``external`` the example's reference trace (``off_policy_key``, LUFFY's data) as a prefix: Prefix-RFT-like
                (arXiv 2507.01679), hint scaffolding (arXiv 2509.06923). Such a trace has no behavior log-prob,
-               so only ``seed_loss=state`` (the prefix is context, never trained) is defined.
+               so only ``seed_loss=state`` (the prefix is context, never trained) is defined;
+  ``mixture``  as ``refresh``, each prompt's responses written by a policy drawn from the last K refresh
+               checkpoints (``trainer.mixture``).
 * ``seed_trigger`` -- which prompts are restarted: ``always`` every prompt (with a source); ``all_wrong`` only
   those whose fresh group of G was graded all wrong (the others train on their fresh group). The fresh group is
   then sampled first, so a triggered prompt costs a fresh group plus its continuations.
@@ -38,11 +40,11 @@ from typing import Literal
 
 import numpy as np
 
-SeedSource = Literal["refresh", "pool", "current", "external"]   # the config's `seed_source`
+SeedSource = Literal["refresh", "pool", "current", "external", "mixture"]   # the config's `seed_source`
 SEED_SOURCES = typing.get_args(SeedSource)
 SeedTrigger = Literal["always", "all_wrong"]   # the config's `seed_trigger`
 SEED_TRIGGERS = typing.get_args(SeedTrigger)
-CYCLE_SOURCES = ("refresh", "pool")   # the sources written at refresh steps (seed_refresh_interval applies)
+CYCLE_SOURCES = ("refresh", "pool", "mixture")   # the sources written at refresh steps (seed_refresh_interval applies)
 
 # the key of a source response's verdict in the adaptive statistics (None: ungraded)
 _VERDICT = {True: "correct", False: "wrong", None: "ungraded"}

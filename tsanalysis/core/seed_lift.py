@@ -8,6 +8,9 @@ and one seed's lift y_i - V_fresh(q). Here the seeds are binned by
 - cut depth: seed_len / source_len (``n_bins`` bins, ``floor(n_bins * seed_len / source_len)``, as the takeover
   histogram of ``tsanalysis positions``) and seed_len in tokens (bins of ``width``);
 - seed age: step - seed_step (updates between the policy that wrote the seed and the one continuing it);
+- source age (``lift_by_source``): the refresh step of the row's cycle minus seed_step, how much older the seed's
+  writer was than the cycle's own policy: 0 for Thinking Seeds, 0, T, 2T, ... (and the base's) under
+  ``seed_source=mixture``, whose seeds come from a mixture of past policies;
 - token type at the cut: ``tsanalysis.core.truncation.categorize_token`` of trunc_token_text, per rule;
 - the source's own verdict (a seed cut from a correct vs a wrong response).
 
@@ -37,7 +40,8 @@ from contracts.seed_lift import prompt_values
 from . import lemma4 as L4
 from . import truncation as TR
 
-__all__ = ["seed_table", "lift_bins", "depth_bin", "pair_correlation", "lift_summary", "zero_adv_comparison"]
+__all__ = ["seed_table", "lift_bins", "depth_bin", "source_age", "lift_by_source", "pair_correlation", "lift_summary",
+           "zero_adv_comparison"]
 
 SEED_COLUMNS = ("step", "prompt_id", "sample_idx", "seed_step", "seed_len", "source_len", "trunc_rule",
                 "trunc_token_text", "correct", "source_correct")
@@ -72,6 +76,28 @@ def depth_bin(seed_len, source_len, n_bins: int) -> np.ndarray:
     """floor(n_bins * seed_len / source_len), in [0, n_bins - 1] (a seed never holds the whole response's EOS)."""
     seed_len, source_len = np.asarray(seed_len, dtype=np.int64), np.asarray(source_len, dtype=np.int64)
     return np.minimum((n_bins * seed_len) // np.maximum(source_len, 1), n_bins - 1)
+
+
+def source_age(step, seed_step, *, refresh_interval: int) -> np.ndarray:
+    """(step - step mod T) - seed_step: the refresh step of the row's cycle (the cycle's own policy wrote batch 1)
+    minus the step of the policy that wrote its seed. 0 for Thinking Seeds; under ``seed_source=mixture`` the lag
+    of the drawn past policy (a multiple of T, or the initial policy's age)."""
+    assert refresh_interval >= 1, f"refresh_interval must be >= 1, got {refresh_interval}"
+    step = np.asarray(step, dtype=np.int64)
+    return step - step % refresh_interval - np.asarray(seed_step, dtype=np.int64)
+
+
+def lift_by_source(seeds: pd.DataFrame, *, refresh_interval: int, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Lift per source age (``source_age``) over the seeds of ``seed_table`` that have a writer (a reference trace
+    has none): ``lift_bins``' columns by source_age, plus writers (the distinct seed_steps in the bin) and age_mean
+    (the mean step - seed_step of its seeds, the updates between writer and continuer)."""
+    d = seeds[seeds["age"].notna()].copy()
+    d["source_age"] = source_age(d["step"], d["seed_step"].astype(np.int64), refresh_interval=refresh_interval)
+    out = lift_bins(d, ["source_age"], n_boot=n_boot, seed=seed)
+    graded = d[d["lift"].notna()].groupby("source_age")
+    out["writers"] = out["source_age"].map(graded["seed_step"].nunique()).astype(np.int64)
+    out["age_mean"] = out["source_age"].map(graded["age"].mean().astype(float))
+    return out
 
 
 def _cluster_mean_ci(values: np.ndarray, clusters: np.ndarray, *, n_boot: int, seed: int) -> tuple[float, float, float]:
