@@ -34,6 +34,7 @@ import pandas as pd
 
 from contracts.commands import pct, points
 from contracts.files import atomic_write_json, atomic_write_text
+from contracts.passk import paired_bootstrap, pass_at_k
 from demo.addition import MARKER as ADDITION_MARKER
 from demo.common import DemoError, Log, machine, relay_rows
 from demo.miniature import t975
@@ -96,7 +97,7 @@ def read_tables(out: Path) -> dict:
     t = Path(out) / "tables"
     tables = {name: pd.read_csv(t / f"{name}.csv") for name in ("passk_curves", "passk_diff", "methods",
                                                               "methods_vs_onpolicy", "distinct")}
-    for name in ("relay_passk", "support", "seed_lift_summary"):
+    for name in ("relay_passk", "relay_problems", "support", "seed_lift_summary"):
         tables[name] = pd.read_csv(t / f"{name}.csv") if (t / f"{name}.csv").is_file() else None
     tables["crossover"] = json.loads((t / "crossover.json").read_text())
     return tables
@@ -127,6 +128,12 @@ def headline(tables: dict) -> dict:
                       "high": float(big["diff_high"]), "relay": float(big["relay"]), "final": float(big["final"]),
                       "k1": {"diff": float(one["diff"]), "low": float(one["diff_low"]),
                              "high": float(one["diff_high"])}}
+        counts = tables.get("relay_problems")
+        if counts is not None and len(counts):   # relay - early at k, paired over problems: what the relay adds
+            k = h["relay"]["k"]                    # beyond the checkpoint that wrote its prefixes (issue #40)
+            n = counts["n"].to_numpy()
+            h["relay"]["vs_early"] = paired_bootstrap(pass_at_k(n, counts["relay_correct"].to_numpy(), k),
+                                                      pass_at_k(n, counts["early_correct"].to_numpy(), k))
     methods, vs = tables["methods"], tables["methods_vs_onpolicy"]
     rows = []
     for _, r in methods[methods["seed"] == 0].iterrows():
@@ -179,6 +186,10 @@ def _reading(h: dict, b: PremiseBudget) -> list[str]:
             f"{_pct(r['relay'])} % against the final checkpoint's {_pct(r['final'])} %, "
             f"{_ci(r['diff'], r['low'], r['high'])} points — {_relay_word(r)}; at k = 1 it is "
             f"{_ci(r['k1']['diff'], r['k1']['low'], r['k1']['high'])} (`figures/fig2_relay.png`).")
+        if "vs_early" in r:
+            v = r["vs_early"]
+            lines.append(f"   Against the early checkpoint that wrote the prefixes, the relay is "
+                         f"{_ci(v['diff'], v['low'], v['high'])} points at k = {r['k']}: {_early_word(v)}")
     sup = h.get("support", {})
     if "warmup->final" in sup and "final->relay" in sup:
         wf, fr = sup["warmup->final"], sup["final->relay"]
@@ -194,9 +205,19 @@ def _reading(h: dict, b: PremiseBudget) -> list[str]:
         parts.append(f"{METHODS[m['method']].paper}: pass@1 {points(a['diff'])} ({a['verdict']}), pass@{K} "
                      f"{points(z['diff'])} ({z['verdict']})")
     if parts:
-        lines.append(f"3. **Each method against on-policy** (same training seed, paired over the held-out problems; "
+        lines.append("3. **Each method against on-policy** (same training seed, paired over the held-out problems; "
                      "the table below has the intervals): " + "; ".join(parts) + ".")
     return lines
+
+
+def _early_word(v: dict) -> str:
+    return {"higher": "the final policy completes old states better than the policy that wrote them, which is what "
+                      "restarting from old states can exploit.",
+            "lower": "the final policy completes old states worse than the policy that wrote them.",
+            "within noise": "**the relay equals the early checkpoint here.** The first half of a response already "
+                            "decides its outcome in this regime, so relay − final measures the narrowing itself "
+                            "(early − final), not the final policy completing old states better; this regime cannot "
+                            "show why restarting helps."}[verdict(v["low"], v["high"])]
 
 
 def _relay_word(r: dict) -> str:

@@ -407,7 +407,7 @@ def test_methods_vs_onpolicy_is_the_paired_bootstrap_over_the_eval_files(toy):
             assert (row["diff"], row["low"], row["high"]) == pytest.approx((want["diff"], want["low"], want["high"]))
 
 
-def _tables(out: Path, *, pass64_high: float) -> None:
+def _tables(out: Path, *, pass64_high: float, relay_gain: bool = False) -> None:
     """Hand-made tables in the premise layout: docs/premise.md's measured numbers for the curves and the relay."""
     t = out / "tables"
     t.mkdir(parents=True)
@@ -425,6 +425,12 @@ def _tables(out: Path, *, pass64_high: float) -> None:
                    "diff_high": -0.039},
                   {"k": 64, "early": 0.905, "relay": 0.905, "final": 0.760, "diff": 0.145, "diff_low": 0.085,
                    "diff_high": 0.205}]).to_csv(t / "relay_passk.csv", index=False)
+    # per problem (n = 64): relay and early solve the same 10 of 20 problems at k = 64; with relay_gain the relay
+    # also solves the other 10 (10 of 64 correct each: pass@64 = 1)
+    early = [0] * 10 + [20] * 10
+    relay = ([10] * 10 if relay_gain else [0] * 10) + [20] * 10
+    pd.DataFrame({"problem_id": [f"p{i}" for i in range(20)], "n": 64, "early_correct": early, "relay_correct": relay,
+                  "final_correct": [3] * 20}).to_csv(t / "relay_problems.csv", index=False)
     pd.DataFrame([{"method": m, "seed": 0, "pass@1": p1, "pass@64": p64, "distinct_correct": dc, "crossover_k": ck}
                   for m, p1, p64, dc, ck in (("onpolicy", 0.284, 0.755, 1.26, 3.9), ("seeds_ratio", 0.275, 0.84, 1.5,
                                                                                     7.1))]).to_csv(t / "methods.csv",
@@ -451,10 +457,19 @@ def test_the_summary_leads_with_the_tables_numbers_and_says_when_an_effect_is_wi
     assert "cross at k = 3.9 [2.6, 5.7]" in lead
     assert "90.5 % against the final checkpoint's 76.0 %, +14.5 [+8.5, +20.5] points — the relay recovers" in lead
     assert "pass@1 -0.9 (within noise), pass@64 +8.5 (higher)" in lead
+    # relay - early at k = 64 from relay_problems.csv: the same counts, so exactly 0 and said plainly (issue #40)
+    assert ("Against the early checkpoint that wrote the prefixes, the relay is +0.0 [+0.0, +0.0] points at k = 64: "
+            "**the relay equals the early checkpoint here.**") in lead
     assert "| Thinking Seeds, ratio 0.5 (state+action) | 27.5 | -0.9 [-4.0, +2.0] within noise | 84.0 | " \
            "+8.5 [+4.0, +13.0] higher |" in s
     assert ("1 training seed per method instead of 3, and the `m2po`, `restart_adaptive`, `restart_pool`, "
             "`seeds_entropy`, `seeds_state` rows left out") in s and "t = 4.30" in s
+
+    gain = tmp_path / "gain"
+    _tables(gain, pass64_high=-0.12, relay_gain=True)   # problem a: 0 -> 10 of 64 correct, pass@64 0 -> 1
+    lead = render_summary(gain, REDUCED, {"skipped": {}}, command="python -m demo")
+    assert "the relay is +50.0 [+" in lead and "points at k = 64: the final policy completes old states better" in lead
+    assert "equals the early checkpoint" not in lead
 
     other = tmp_path / "noise"
     _tables(other, pass64_high=0.01)          # the fall at pass@64 now has an interval reaching above 0
