@@ -20,6 +20,10 @@ One engine per process, in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), 
   ``lora_int_id`` per sync: vLLM caches adapters by id), the previous one removed (``remove_lora``) and its folder
   deleted. Each sync reads every adapter tensor back, bit for bit, from the slot the engine computes with
   (``verify_adapter``). No sleep mode (level 2 would discard the base the syncs no longer send).
+- **Saved adapters over a plain base** (``lora_rank=R``, a module without adapters: the relay matrix's LoRA runs):
+  the engine runs with ``enable_lora`` over the module's own weights, and ``use_adapter(name, folder)`` makes it
+  sample with a PEFT adapter folder as saved (rank up to R), a new ``LoRARequest`` with a new id each call, the
+  previous one removed from the engine (its folder is the caller's and stays). No weight moves.
 - **Log-probs** are vLLM's ``processed_logprobs``: after temperature, as the trainer computes them (equal to the
   HF module's temperature-scaled log-probs to ~1e-6 in fp32). vLLM gives no entropy; ``Completion.entropies`` is
   None and callers take entropy from the trainer's forward.
@@ -218,6 +222,7 @@ class VLLMSampler:
         enable_sleep_mode: bool | None = None,   # None: on with CUDA for a synced engine (start_settings)
         sync_check_tensors: int = SYNC_CHECK_TENSORS,   # tensors read back after each sync (update_weights)
         sync_weights: bool = True,               # False: the module holds what model_path holds (evaluation)
+        lora_rank: int = 0,                      # > 0: serve saved adapters up to this rank (use_adapter)
         seed: int = 0,
         **llm_kwargs,
     ):
@@ -252,6 +257,13 @@ class VLLMSampler:
             llm_kwargs.setdefault("enable_lora", True)
             llm_kwargs.setdefault("max_lora_rank", engine_lora_rank(int(self.lora.r)))
             llm_kwargs.setdefault("max_loras", 1)   # the current adapter; the previous one is removed at each sync
+        if lora_rank:   # saved adapter folders over the plain base (use_adapter)
+            if self.lora is not None:
+                raise ValueError(f"lora_rank={lora_rank} with a module that carries LoRA adapters: its own adapter "
+                                 f"is synced (update_weights); pass lora_rank for a plain base only")
+            llm_kwargs.setdefault("enable_lora", True)
+            llm_kwargs.setdefault("max_lora_rank", engine_lora_rank(int(lora_rank)))
+            llm_kwargs.setdefault("max_loras", 1)   # the adapter in use; use_adapter removes the previous one
         start = start_settings(cuda=cuda, sync_weights=sync_weights, enable_sleep_mode=enable_sleep_mode)
         self.sleep_mode = start["enable_sleep_mode"]
         llm_kwargs.setdefault("load_format", start["load_format"])
@@ -426,6 +438,35 @@ class VLLMSampler:
         sent = {"tensors": len(tensors), "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
                 "file_bytes": os.path.getsize(os.path.join(folder, ADAPTER_WEIGHTS)), "id": lora_id}
         return sent, self.verify_adapter(tensors)
+
+    def use_adapter(self, name: str, folder: str | os.PathLike) -> int:
+        """Sample with the PEFT adapter folder ``folder`` (as ``PeftModel.save_pretrained`` writes it, over this
+        engine's base) from now on: it is loaded as a new ``LoRARequest`` named ``name`` with the next
+        ``lora_int_id`` (vLLM caches adapters by id: a reused id would serve the adapter it first loaded), after the
+        previous one is removed from the engine (its folder is left alone). For an engine started with
+        ``lora_rank=`` over a plain base; a module's own adapter is synced by ``update_weights`` instead. Returns the
+        id."""
+        from vllm.lora.request import LoRARequest
+
+        if self.lora is not None:
+            raise ValueError("use_adapter: this engine serves its module's own adapter, synced by update_weights; "
+                             "start an engine over the plain base with lora_rank= to serve saved adapters")
+        engine = self.llm.llm_engine
+        if getattr(engine.vllm_config, "lora_config", None) is None:
+            raise ValueError("use_adapter: the engine was started without LoRA; pass lora_rank= (the largest "
+                             "adapter rank) when building it")
+        self._require_awake()
+        old = self._lora_request
+        lora_id = (old.lora_int_id if old is not None else 0) + 1
+        if old is not None:
+            engine.remove_lora(old.lora_int_id)
+        self._lora_request = None
+        request = LoRARequest(str(name), lora_id, os.fspath(folder))
+        if not engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the adapter in {folder}")
+        self._lora_request = request
+        self.llm.reset_prefix_cache()   # cached prefixes were computed with the previous adapter
+        return lora_id
 
     def _lora_slot(self, lora_id: int) -> int:
         """The engine's slot (index into each LoRA layer's stacked tensors) holding adapter ``lora_id``."""

@@ -8,11 +8,13 @@
     tsanalysis zero-adv   --p 0.1,0.5 --G 8 [--simulate N] [--seed S] [--seed-probs 0.1,0.9] [--out DIR]
     tsanalysis mismatch   RUN_DIR [--steps a:b] [--bins 10] [--width 64] [--thresholds 0.01,0.1,1]
                           [--relative-to seed|response] [--out DIR]
-    tsanalysis seeds      RUN_DIR [--steps a:b] [--bins 5] [--width 64] [--out DIR]
+    tsanalysis seeds      RUN_DIR [--steps a:b] [--bins 5] [--width 64] [--by source [--refresh-interval T]]
+                          [--out DIR]
     tsanalysis relay      --early CKPT_A --final CKPT_B --benchmarks NAME [--problems FILE] [--n 64] [--cut 0.5]
                           [--max-tokens N] [--temperature 1.0] [--top-p 1.0] [--top-k 0] [--seed S] [--limit K]
                           [--engine auto|hf|vllm] [--template NAME] [--batch-problems 8] [--out DIR]
                           [--allow-unisolated] [--config FILE]
+    tsanalysis relay      --matrix RUN_DIR [--checkpoints STEP,...] --benchmarks NAME [the relay's sampling flags]
     tsanalysis scaling    --run RUN_DIR,... --eval-dir DIR [--models PREFIX,...] [--checkpoints NAME=STEP,...]
                           [--benchmarks a,b] [--compute tokens|wall] [--k K] [--n-boot N] [--seed S] [--out DIR]
     tsanalysis scaling    --points FILE.csv [--compute tokens|wall] [--k K] [--out DIR] [--config FILE]
@@ -49,6 +51,7 @@ from contracts.records import parse_step_range
 from . import io
 from .config import (RelayConfig, ScalingConfig, SupportConfig, add_flags, from_flags, validate_relay,
                      validate_scaling, validate_support)
+from .core import seed_lift as SL
 from .core import truncation as TR
 from .errors import UsageError
 from .tables import (lemma4_tables, mismatch_tables_for_run, positions_tables, seeds_tables, truncation_tables,
@@ -220,6 +223,9 @@ def format_seeds(t: dict[str, pd.DataFrame]) -> str:
     out.append("lift by cut depth (seed_len / source response)\n" + shown(t["by_depth"], ["depth_lo", "depth_hi"]))
     out.append("lift by seed age (steps since the refresh)\n" + shown(t["by_age"], ["age"]))
     out.append("lift by token type at the cut\n" + shown(t["by_token"], ["trunc_rule", "category"]))
+    if "by_source_age" in t:   # --by source
+        out.append("lift by source age (the cycle's refresh step - the step whose policy wrote the seed)\n"
+                   + shown(t["by_source_age"], ["source_age", "writers", "age_mean"]))
     z = t["zero_adv"]
     zs = pd.DataFrame({"kind": z["kind"], "groups": z["groups"],
                        **{f"{c} %": z[c].map(lambda x: pct(x, unit="")) for c in
@@ -232,8 +238,24 @@ def format_seeds(t: dict[str, pd.DataFrame]) -> str:
     return "\n\n".join(out)
 
 
+def _refresh_interval(args) -> int:
+    """--refresh-interval, else the run's own seed_refresh_interval (its config.yaml, written by the trainer)."""
+    if args.refresh_interval is not None:
+        return args.refresh_interval
+    import yaml
+
+    path = Path(args.run_dir) / "config.yaml"
+    try:
+        return int(yaml.safe_load(path.read_text())["seed_refresh_interval"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise UsageError(f"--by source needs the run's refresh interval: {path} gives none ({type(exc).__name__}); "
+                         f"pass --refresh-interval T") from None
+
+
 def _cmd_seeds(args) -> None:
     t = seeds_tables(args.run_dir, steps=args._steps, n_bins=args.bins, width=args.width)
+    if args.by == "source":
+        t["by_source_age"] = SL.lift_by_source(t["seeds"], refresh_interval=_refresh_interval(args))
     print(format_seeds(t))
     _finish(args, t, args.run_dir)
 
@@ -299,6 +321,15 @@ def _say(line: str) -> None:
 def _cmd_relay(args) -> None:
     cfg = from_flags(RelayConfig, args)
     validate_relay(cfg)   # before the relay's imports: a bad flag answers at once
+    if cfg.matrix is not None:   # every ordered pair of a run's checkpoints (tsanalysis.relay_matrix)
+        from .relay_matrix import format_matrix, run_relay_matrix
+
+        tables, out_dir, settings = run_relay_matrix(cfg, log=_say)
+        print(format_matrix(tables["matrix"]))
+        paths = io.write_results(out_dir, tables, settings)
+        print(f"\nwrote {len(paths)} files to {out_dir}/: " + ", ".join(p.name for p in paths)
+              + " (+ prefixes/, alone/, relay/, matrix_settings.json)")
+        return
     from .relay import run_relay   # imports torch/transformers when called: only this command needs them
 
     tables, out_dir, settings = run_relay(cfg, log=_say)
@@ -397,6 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     _run_args(p)
     p.add_argument("--bins", type=_positive_int, default=5, help="cut-depth bins over seed_len / source length")
     p.add_argument("--width", type=_positive_int, default=64, help="cut-depth bin width in seed tokens")
+    p.add_argument("--by", choices=("source",), default=None,
+                   help="source: also the lift by source age, the cycle's refresh step minus the seed's writer step "
+                        "(seed_source=mixture: 0, T, 2T, ...; table by_source_age)")
+    p.add_argument("--refresh-interval", type=_positive_int, default=None,
+                   help="T for --by source (default: the run's config.yaml seed_refresh_interval)")
     p.set_defaults(func=_cmd_seeds)
 
     p = sub.add_parser("scaling", help="score against compute of a run's checkpoints fitted with ScaleRL's sigmoid: "
@@ -404,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, ScalingConfig)
     p.set_defaults(func=_cmd_scaling)
 
-    p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues",
+    p = sub.add_parser("relay", help="relay inference: early checkpoint writes a prefix, the final one continues "
+                                     "(--matrix RUN_DIR: every ordered pair of a run's checkpoints)",
                        epilog=EXIT_CODES_HELP)
     add_flags(p, RelayConfig)
     p.set_defaults(func=_cmd_relay)
@@ -415,6 +452,9 @@ def _kept(args) -> str | None:
     """What an interrupted or failed command leaves that the same command continues from (the relay's JSONL)."""
     if args.command != "relay":
         return None
+    if getattr(args, "matrix", None) is not None:
+        where = getattr(args, "out", None) or "its folder (results/analysis/<run>/relay-matrix/<tag>/)"
+        return f"the relay matrix's phase files (prefixes/, alone/, relay/) in {where} keep every finished chunk"
     where = getattr(args, "out", None) or "its folder (results/analysis/<final run>/relay/<tag>/)"
     return f"the relay's prefixes.jsonl and results.jsonl in {where} keep every finished chunk"
 

@@ -56,6 +56,13 @@ class RelayConfig:
     early: str | None = _f(None, "early checkpoint (a Hugging Face model directory, e.g. runs/NAME/checkpoints/step_N, "
                                  "or a hub id)", metavar="CKPT_A")
     final: str | None = _f(None, "final checkpoint", metavar="CKPT_B")
+    matrix: str | None = _f(None, "instead of --early/--final: a training run folder; relay every ordered pair of its "
+                                  "checkpoints (an earlier one writes, a later one continues) and write the matrix "
+                                  "of pass@k gains over the continuer alone (tsanalysis.relay_matrix)",
+                            metavar="RUN_DIR")
+    checkpoints: list[str] | None = _f(None, "with --matrix: the steps to relay, e.g. 0,100,200 (default: every "
+                                             "checkpoints/step_N of the run; the best link is not a step of its own)",
+                                       metavar="STEP,...")
     benchmark: str | None = _f(None, "benchmark name from scoring.benchmarks (one: a relay folder holds one "
                                      "benchmark): its problems, grader and default template (--benchmark: the old "
                                      "spelling, still accepted)", "--benchmarks", "--benchmark", metavar="NAME")
@@ -181,7 +188,20 @@ def relay_benchmark(benchmark: str | None) -> str:
 def validate_relay(cfg: RelayConfig) -> None:
     """Every check a relay config can fail without reading a file or loading a model; RelayError naming the flag
     and what to do. ``run_relay`` calls it first."""
-    if cfg.early is None or cfg.final is None:
+    if cfg.matrix is not None:
+        if cfg.early is not None or cfg.final is not None:
+            raise RelayError(f"--matrix {cfg.matrix} relays every pair of the run's checkpoints: give it without "
+                             f"--early and --final (--checkpoints STEP,... chooses the steps)")
+        steps = [str(x).removeprefix("step_") for x in cfg.checkpoints or ()]
+        if any(not x.isdigit() for x in steps):
+            raise RelayError(f"--checkpoints {','.join(map(str, cfg.checkpoints))}: each must be a step of the run "
+                             f"(a whole number, e.g. 100, or step_000100)")
+        if len({int(x) for x in steps}) != len(steps):
+            raise RelayError(f"--checkpoints {','.join(map(str, cfg.checkpoints))} names a step twice")
+    elif cfg.checkpoints is not None:
+        raise RelayError("--checkpoints chooses the steps of --matrix RUN_DIR; give --matrix, or relay two "
+                         "checkpoints with --early and --final")
+    elif cfg.early is None or cfg.final is None:
         raise RelayError("relay needs --early CKPT_A and --final CKPT_B (the two checkpoints; early: and final: in a "
                          "--config file)")
     if not 0.0 <= cfg.cut <= 1.0:

@@ -47,7 +47,9 @@ claimed: the config (``tsanalysis.config.validate_relay``: sampling values, one 
 (``inference.hub.resolve_checked_model``: a training run folder is named with its newest checkpoint; missing weights
 or tokenizer, a truncated safetensors file), the problems, an output path that is a file, the tokenizers, the
 context. A folder claimed by a run whose first model then fails to load is removed again when it holds nothing
-else. This module is a library: the command line is ``tsanalysis.cli``.
+else. This module is a library: the command line is ``tsanalysis.cli``. ``tsanalysis.relay_matrix`` (``--matrix
+RUN_DIR``: every ordered pair of a run's checkpoints) samples with the same pieces (``_prefix_records``,
+``_relay_rows``, ``_Grader``, ``_prompt_ids``), so its cell (first, last) is this relay, sample for sample.
 
 ``--early`` and ``--final`` naming the same model (one folder, links resolved, or one hub snapshot) is a warning
 before any model loads, not an error: the relay is then the model continuing its own prefixes, relay and final-only
@@ -312,8 +314,6 @@ def _encode_prompts(cfg: RelayConfig, sources: dict, template: str, problems) ->
     tokenizers differ (token ids are handed from one to the other) or a rendered prompt is empty."""
     from transformers import AutoTokenizer
 
-    from scoring.templates import render_prompt
-
     try:
         tok_early = AutoTokenizer.from_pretrained(sources["early"].path)
         tok_final = AutoTokenizer.from_pretrained(sources["final"].path)
@@ -321,13 +321,20 @@ def _encode_prompts(cfg: RelayConfig, sources: dict, template: str, problems) ->
         raise RelayError(f"cannot load the tokenizers of --early {cfg.early} and --final {cfg.final}: "
                          f"{' '.join(str(e).split())[:300]}") from None
     check_same_tokenizer(tok_early, tok_final)
+    return tok_final, _prompt_ids(tok_final, template, problems)
+
+
+def _prompt_ids(tok, template: str, problems) -> dict[str, list[int]]:
+    """Problem id -> the rendered prompt's token ids; RelayError when a rendered prompt is empty."""
+    from scoring.templates import render_prompt
+
     prompt_ids = {}
     for p in problems:
-        ids = tok_final(render_prompt(template, p.question, tok_final), add_special_tokens=False)["input_ids"]
+        ids = tok(render_prompt(template, p.question, tok), add_special_tokens=False)["input_ids"]
         if not ids:
             raise RelayError(f"problem {p.id}: the rendered prompt is empty")
         prompt_ids[str(p.id)] = ids
-    return tok_final, prompt_ids
+    return prompt_ids
 
 
 def _check_contexts(plan: _Plan) -> None:
@@ -353,6 +360,9 @@ def _plan(cfg: RelayConfig) -> _Plan:
     from scoring.sandbox import SandboxError, check_isolation
 
     validate_relay(cfg)
+    if cfg.matrix is not None:
+        raise RelayError("run_relay relays two checkpoints (--early, --final); a --matrix RUN_DIR config goes to "
+                         "tsanalysis.relay_matrix.run_relay_matrix")
     sources = _check_models(cfg)
     try:
         engine = resolve_engine(cfg.engine, model_path=sources["final"].path)   # "auto": see inference.engines
@@ -418,6 +428,45 @@ class _Grader:
             self.pool.close()
 
 
+def _eos_ids(tok, sampler) -> list[int]:
+    """The ids that end a response (the tokenizer's EOS and the sampler's stop ids): never part of a prefix."""
+    eos_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    return sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))   # + the generation config's
+
+
+def _prefix_records(sampler, grade: _Grader, chunk, prompt_ids: dict[str, list[int]], *, n: int, cut: float,
+                    max_tokens: int, seed: int, eos_ids: Sequence[int], sampling: dict) -> list[dict]:
+    """One chunk's prefixes.jsonl records: the writing checkpoint samples n responses per problem of ``chunk`` from
+    the chunk's one seed (``derive_seed(seed, "early", *ids)``), each graded and cut into its prefix (with the
+    writer's lengths, finish reasons and verdicts). Shared by the relay's early phase and ``tsanalysis.relay_matrix``,
+    so a matrix writer's prefixes are the relay's early prefixes, sample for sample."""
+    ids = [str(p.id) for p in chunk]
+    comps = sampler.generate([prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=max_tokens,
+                             seed=derive_seed(seed, "early", *ids), **sampling)
+    per = [comps[j * n:(j + 1) * n] for j in range(len(chunk))]
+    graded = grade(chunk, [[c.token_ids for c in cs] for cs in per])
+    return [{"problem_id": pid, "prefix_ids": [cut_prefix(c.token_ids, cut, eos_ids=eos_ids) for c in cs],
+             "early_len": [len(c.token_ids) for c in cs], "early_finish": [c.finish_reason for c in cs],
+             "early_correct": correct} for pid, cs, (correct, _) in zip(ids, per, graded)]
+
+
+def _relay_rows(sampler, base: list[list[int]], pre: list[list[int]], *, max_tokens: int, seed: int,
+                sampling: dict) -> tuple[list[list[int]], list[str]]:
+    """The continuing checkpoint's relay rows: prompt + prefix continued in one call with the longest budget any
+    row needs, then each continuation cut to ``max_tokens − |prefix|`` (its finish reason then ``length``).
+    ``base``: each row's prompt ids, ``pre``: its prefix ([B*G] each). Returns (relay response token ids = prefix +
+    continuation, finish reasons). Shared by ``_continue`` and ``tsanalysis.relay_matrix``."""
+    budget = [max_tokens - len(pf) for pf in pre]
+    relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)), seed=seed,
+                             **sampling)
+    relay_ids, relay_fin = [], []
+    for pf, c, b in zip(pre, relay, budget):
+        cont = c.token_ids[:max(0, b)]
+        relay_ids.append(list(pf) + cont)
+        relay_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
+    return relay_ids, relay_fin
+
+
 def _early_phase(plan: _Plan, todo, grade: _Grader, prefixes: dict, *, claimed: bool, log):
     """Phase A: the early checkpoint writes n responses per problem of ``todo``; their prefixes (with the early
     lengths, finish reasons and verdicts) are appended to prefixes.jsonl one chunk at a time. Returns the sampler,
@@ -429,17 +478,10 @@ def _early_phase(plan: _Plan, todo, grade: _Grader, prefixes: dict, *, claimed: 
     with _unclaimed_on_error(plan.out_dir, claimed):   # a failed start leaves no folder holding only its settings
         model, _ = load_policy(plan.sources["early"].path, device=plan.device, dtype=plan.dtype)
         sampler = make_sampler(model, plan.tok, engine=plan.engine, **plan.engine_kw)
-    eos_ids = [plan.tok.eos_token_id] if plan.tok.eos_token_id is not None else []
-    eos_ids = sorted(set(eos_ids) | set(getattr(sampler, "eos_token_ids", [])))   # + the generation config's
+    eos_ids = _eos_ids(plan.tok, sampler)
     for chunk in _chunks(todo, cfg.batch_problems):
-        ids = [str(p.id) for p in chunk]
-        comps = sampler.generate([plan.prompt_ids[i] for i in ids for _ in range(n)], max_new_tokens=plan.max_tokens,
-                                 seed=derive_seed(cfg.seed, "early", *ids), **plan.sampling)
-        per = [comps[j * n:(j + 1) * n] for j in range(len(chunk))]
-        graded = grade(chunk, [[c.token_ids for c in cs] for cs in per])
-        recs = [{"problem_id": pid, "prefix_ids": [cut_prefix(c.token_ids, cfg.cut, eos_ids=eos_ids) for c in cs],
-                 "early_len": [len(c.token_ids) for c in cs], "early_finish": [c.finish_reason for c in cs],
-                 "early_correct": correct} for pid, cs, (correct, _) in zip(ids, per, graded)]
+        recs = _prefix_records(sampler, grade, chunk, plan.prompt_ids, n=n, cut=cfg.cut, max_tokens=plan.max_tokens,
+                               seed=cfg.seed, eos_ids=eos_ids, sampling=plan.sampling)
         append_jsonl_rows(plan.out_dir / PREFIXES, recs)
         prefixes.update({r["problem_id"]: r for r in recs})
     del model
@@ -450,21 +492,14 @@ def _early_phase(plan: _Plan, todo, grade: _Grader, prefixes: dict, *, claimed: 
 
 
 def _continue(plan: _Plan, sampler, ids: list[str], pre: list[list[int]]):
-    """One chunk's relay rows and final-only rows, n per problem, from the chunk's one seed (with cut 0 the two calls
-    are identical). A relay row is prompt + prefix, continued in one call with the longest budget any row needs,
-    then each continuation cut to ``max_tokens − |prefix|`` (its finish reason then ``length``). Returns (relay
-    response token ids, relay finish reasons, final-only completions)."""
+    """One chunk's relay rows (``_relay_rows``) and final-only rows, n per problem, from the chunk's one seed (with
+    cut 0 the two calls are identical). Returns (relay response token ids, relay finish reasons, final-only
+    completions)."""
     n, seed = plan.cfg.n, derive_seed(plan.cfg.seed, "final", *ids)
     base = [plan.prompt_ids[i] for i in ids for _ in range(n)]
-    budget = [plan.max_tokens - len(pf) for pf in pre]
-    relay = sampler.generate([b + pf for b, pf in zip(base, pre)], max_new_tokens=max(0, max(budget)), seed=seed,
-                             **plan.sampling)
+    relay_ids, relay_fin = _relay_rows(sampler, base, pre, max_tokens=plan.max_tokens, seed=seed,
+                                       sampling=plan.sampling)
     final_only = sampler.generate(base, max_new_tokens=plan.max_tokens, seed=seed, **plan.sampling)
-    relay_ids, relay_fin = [], []
-    for pf, c, b in zip(pre, relay, budget):
-        cont = c.token_ids[:max(0, b)]
-        relay_ids.append(list(pf) + cont)
-        relay_fin.append(c.finish_reason if len(cont) == len(c.token_ids) else "length")
     return relay_ids, relay_fin, final_only
 
 

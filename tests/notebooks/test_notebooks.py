@@ -30,7 +30,8 @@ EXPECTED = ["fig2_relay", "fig3_entropy_clip_positions", "fig4_seeded_positions"
 # notebooks over other cached tables, each executed and checked by its own test (with the old variable they read)
 OTHER = {"premise": ("tests/demo/test_premise.py", "THINKING_SEEDS_PREMISE"),
          "support": ("tests/tsanalysis/test_support.py", "THINKING_SEEDS_SUPPORT"),
-         "scaling": ("tests/tsanalysis/test_scaling.py", None)}
+         "scaling": ("tests/tsanalysis/test_scaling.py", None),
+         "relay_matrix": ("tests/figures/test_relay_matrix.py", None)}
 
 
 def _code(name: str) -> list:
