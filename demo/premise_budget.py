@@ -113,6 +113,15 @@ def _methods() -> dict[str, RunSpec]:
         "restart_all_wrong": RunSpec("restart_all_wrong", "mini_restart_all_wrong",
                                      "Thinking Seeds, only all-wrong prompts restart",
                                      lambda b: {"seed_refresh_interval": T(b)}),
+        # beyond the paper (issue #41 item 6, docs/beyond.md): opt-in rows. LoRA at 10x the full run's lr (the
+        # usual LoRA-to-full ratio, "LoRA Without Regret"), rank 8 on the seven projections; seeds from the last
+        # three refresh policies (t, t - T, t - 2T), uniform
+        "onpolicy_lora": RunSpec("onpolicy_lora", "mini_onpolicy", "On-policy DAPO, LoRA rank 8 (lr 10x)",
+                                 lambda b: {"lora_rank": 8, "lr": 10 * b.lr}),
+        "seeds_mixture": RunSpec("seeds_mixture", "mini_seeds_ratio",
+                                 "Thinking Seeds, ratio 0.5, seeds from the last 3 refresh policies",
+                                 lambda b: {**seeded("ratio", 0.5, "state+action", T)(b), "seed_source": "mixture",
+                                            "seed_mixture_size": 3}),
     }
 
 

@@ -1,6 +1,6 @@
 """What a weight sync to vLLM costs with LoRA against a full fine-tuning run: bytes and seconds per sync.
 
-Two engines on the same tiny Llama, side by side in one interpreter (vLLM's CPU build; vLLM pins torch to one
+Two engines on the same model (a tiny Llama, or a Qwen2 model with Qwen2.5-0.5B's shapes built from its config), side by side in one interpreter (vLLM's CPU build; vLLM pins torch to one
 thread, so the sides run in a child): the full run's engine, whose every sync streams every weight in place
 (``VLLMSampler.update_weights``: ``reload_weights``, a rotating read-back), and a LoRA engine (rank 16 on the seven
 projections, ``enable_lora``), whose syncs after the first send the adapter alone (a PEFT folder written, loaded
@@ -21,7 +21,30 @@ RANK = 16
 def params_for(ctx) -> dict:
     if ctx.quick:
         return {"sizes": ["1m"], "rank": RANK, "dtype": "float32"}
-    return {"sizes": ["1m", "20m"], "rank": RANK, "dtype": "float32"}
+    return {"sizes": ["1m", "20m", QWEN2_05B], "rank": RANK, "dtype": "float32"}
+
+
+QWEN2_05B = "qwen2-0.5b"   # Qwen2.5-0.5B's shapes (config.json of the hub model), random weights built from a config
+
+
+def build_sized(size: str, tok, torch_dtype):
+    """A model of ``size``: a tiny Llama (``inference.tiny``), or ``qwen2-0.5b``, a Qwen2ForCausalLM with
+    Qwen2.5-0.5B's shapes (24 layers, hidden 896, MLP 4864, 14 query / 2 KV heads, vocabulary 151,936, tied
+    embeddings: 494 M parameters) and seeded random weights, built from its config (no download)."""
+    import torch
+
+    from inference.tiny import build_model
+
+    if size != QWEN2_05B:
+        return build_model(size, tok, seed=0).to(torch_dtype)
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                      rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype).eval()
 
 
 def side_run(size: str, rank: int, dtype: str, repeats: int, warmup: int) -> dict:
@@ -33,15 +56,15 @@ def side_run(size: str, rank: int, dtype: str, repeats: int, warmup: int) -> dic
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from inference import make_sampler
-    from inference.tiny import build_model, build_tokenizer
+    from inference.tiny import build_tokenizer
     from trainer.config import load_config
     from trainer.lora import add_adapters
 
     torch_dtype = getattr(torch, dtype)
     tok = build_tokenizer()
     kw = dict(gpu_memory_utilization=0.1, max_model_len=64, enforce_eager=True, max_batch_size=8)
-    full_model = build_model(size, tok, seed=0).to(torch_dtype)
-    lora_model = add_adapters(build_model(size, tok, seed=0).to(torch_dtype), load_config(None, [f"lora_rank={rank}"]),
+    full_model = build_sized(size, tok, torch_dtype)
+    lora_model = add_adapters(build_sized(size, tok, torch_dtype), load_config(None, [f"lora_rank={rank}"]),
                               compute=torch_dtype, master=torch_dtype, base=None)
     engines = {"full": make_sampler(full_model, tok, engine="vllm", **kw),
                "lora": make_sampler(lora_model, tok, engine="vllm", **kw)}
@@ -87,16 +110,17 @@ def run(ctx) -> BenchResult:
             res.sides.append(side)
             ctx.log(f"  {side.name}: median {side.median * 1e3:.3g} ms, {out[name]['bytes'][-1]:,} bytes")
         full_bytes, lora_bytes = out["full"]["bytes"][-1], out["lora"]["bytes"][-1]
-        rows.append({"model": f"tiny:{size}", "params": out["params"], "adapter params": out["adapter_params"],
+        label = size if size == QWEN2_05B else f"tiny:{size}"
+        rows.append({"model": label, "params": out["params"], "adapter params": out["adapter_params"],
                      "full bytes/sync": full_bytes, "adapter bytes/sync": lora_bytes,
                      "adapter file bytes": out["adapter_file_bytes"],
                      "full ms/sync (median)": sides["full"].median * 1e3,
                      "adapter ms/sync (median)": sides["lora"].median * 1e3,
                      "first LoRA sync bytes (base + adapter)": out["first_lora"]["bytes"],
                      "first LoRA sync ms": out["first_lora"]["seconds"] * 1e3})
-        res.checks.append(Check(f"adapter / full bytes per sync, tiny:{size}", ratio(lora_bytes, full_bytes), "<=",
+        res.checks.append(Check(f"adapter / full bytes per sync, {label}", ratio(lora_bytes, full_bytes), "<=",
                                 0.25, "bytes the LoRA sync sent over the full sync's"))
-        res.checks.append(Check(f"adapter / full seconds per sync, tiny:{size}",
+        res.checks.append(Check(f"adapter / full seconds per sync, {label}",
                                 ratio(sides["lora"].median, sides["full"].median), "<=", 1.0,
                                 "median seconds per sync, LoRA over full"))
     res.tables["per size"] = rows
