@@ -137,6 +137,7 @@ def run_config(spec: RunSpec, budget, *, out: Path, seed: int, model: Path, trai
 
 
 _IGNORED = {"progress", "resume"}   # config fields that may differ between a run and its resumption
+_PATHS = ("output_dir", "model", "train_file")   # compared as the folders they resolve to
 
 
 def run_finished(cfg) -> bool:
@@ -147,6 +148,10 @@ def run_finished(cfg) -> bool:
         return False
     have = yaml.safe_load(cfg_file.read_text()) or {}
     want = to_dict(cfg)
+    for k in _PATHS:   # the same folder reached by another path (a link to a shared warm-up or runs folder)
+        if isinstance(have.get(k), str) and isinstance(want.get(k), str) and have[k] != want[k] \
+                and Path(have[k]).exists() and Path(have[k]).resolve() == Path(want[k]).resolve():
+            have[k] = want[k]
     # a field added after the run was written counts as its default (the behaviour the run had)
     defaults = to_dict(type(cfg)())    # default_factory fields (lora_targets) included
     try:

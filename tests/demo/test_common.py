@@ -58,3 +58,36 @@ def test_a_run_written_before_a_field_existed_counts_as_finished_and_a_changed_f
     (run_dir / "config.yaml").write_text(yaml.safe_dump({**recorded, "lora_targets": ["q_proj"]}))
     with pytest.raises(DemoError, match=r"other settings \(lora_targets: recorded \['q_proj'\], now \['q_proj', "):
         run_finished(cfg)
+
+
+def test_a_run_reached_through_a_linked_folder_is_the_same_run(tmp_path):
+    """A folder whose runs/, warm-up and data are links to another's (a second page sharing finished runs) finds
+    those runs finished; a run of another folder that is no link is still refused."""
+    import pytest
+    import yaml
+
+    from demo.common import DemoError, run_finished
+    from trainer.checkpoint import checkpoint_dir
+    from trainer.config import Config, to_dict
+
+    real = tmp_path / "real"
+    cfg = Config(output_dir=str(real / "runs"), run_name="r", total_steps=1, model=str(real / "warm"),
+                 train_file=str(real / "train.jsonl"))
+    (real / "warm").mkdir(parents=True)
+    (real / "train.jsonl").write_text("")
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    (cfg.run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    checkpoint_dir(cfg.run_dir, 0).mkdir(parents=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("runs", "warm", "train.jsonl"):
+        (other / name).symlink_to(real / name)
+    linked = Config(output_dir=str(other / "runs"), run_name="r", total_steps=1, model=str(other / "warm"),
+                    train_file=str(other / "train.jsonl"))
+    assert run_finished(linked)
+    (tmp_path / "copy").mkdir()
+    copied = Config(output_dir=str(other / "runs"), run_name="r", total_steps=1, model=str(tmp_path / "copy"),
+                    train_file=str(other / "train.jsonl"))
+    with pytest.raises(DemoError, match=r"other settings \(model: recorded '.*real/warm', now '.*copy'\)"):
+        run_finished(copied)
