@@ -351,13 +351,27 @@ def _check_contexts(plan: _Plan) -> None:
             raise RelayError(str(e)) from None
 
 
+def _benchmark(cfg: RelayConfig):
+    """(benchmark, problems, template, max_tokens) of a relay config; a code benchmark's responses run in the
+    sandbox, so it is refused (RelayError) where the sandbox is not fully isolated."""
+    from scoring.sandbox import SandboxError, check_isolation
+
+    bench, probs = _load_problems(cfg.benchmark, cfg.problems, cfg.limit)
+    if bench.kind == "code":
+        try:
+            check_isolation(allow_unisolated=cfg.allow_unisolated)
+        except SandboxError as e:
+            raise RelayError(str(e)) from None
+    template = cfg.template or bench.default_template
+    return bench, probs, template, int(cfg.max_tokens or bench.generation.get("max_tokens", 4096))
+
+
 def _plan(cfg: RelayConfig) -> _Plan:
     """Everything that can fail cheaply, before a model is loaded and before the output folder is claimed: the
     config, the checkpoints' files, the engine, the problems, the sandbox, the output path, the tokenizers, the
     context."""
     from inference import resolve_engine
     from inference.hub import checkpoint_dtype
-    from scoring.sandbox import SandboxError, check_isolation
 
     validate_relay(cfg)
     if cfg.matrix is not None:
@@ -372,14 +386,7 @@ def _plan(cfg: RelayConfig) -> _Plan:
     # precision for the whole folder, recorded in relay_settings.json (vLLM keeps the engine's dtype when the final
     # weights are pushed into it)
     dtype = checkpoint_dtype(sources["final"].path)
-    bench, probs = _load_problems(cfg.benchmark, cfg.problems, cfg.limit)
-    if bench.kind == "code":   # its responses run in the sandbox: refused where it is not fully isolated
-        try:
-            check_isolation(allow_unisolated=cfg.allow_unisolated)
-        except SandboxError as e:
-            raise RelayError(str(e)) from None
-    template = cfg.template or bench.default_template
-    max_tokens = int(cfg.max_tokens or bench.generation.get("max_tokens", 4096))
+    bench, probs, template, max_tokens = _benchmark(cfg)
     out_dir = _out_dir(cfg, bench)
     tok, prompt_ids = _encode_prompts(cfg, sources, template, probs)
     plan = _Plan(cfg, sources, engine, dtype, resolve_top_k(cfg.top_k), bench, probs, template, max_tokens, out_dir,

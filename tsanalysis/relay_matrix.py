@@ -63,7 +63,7 @@ from contracts.settings import SettingsMismatch, claim_folder
 from . import io
 from .config import RelayConfig, validate_relay
 from .errors import RelayError
-from .relay import (_chunks, _eos_ids, _free_memory, _Grader, _load_problems, _prefix_records, _prompt_ids,
+from .relay import (_benchmark, _chunks, _eos_ids, _free_memory, _Grader, _prefix_records, _prompt_ids,
                     _read_jsonl, _relay_rows, _unclaimed_on_error, _writer, check_same_tokenizer, derive_seed)
 
 __all__ = ["SETTINGS_FILE", "IDENTITY_KEYS", "run_checkpoints", "select_checkpoints", "gain_table", "format_matrix",
@@ -303,7 +303,6 @@ def _plan(cfg: RelayConfig) -> _Plan:
     config, the run's checkpoints and the steps chosen, their files, the engine, the problems, the sandbox, the
     output path, the tokenizers, the contexts."""
     from inference.hub import ContextError, check_context, checkpoint_dtype, model_context
-    from scoring.sandbox import SandboxError, check_isolation
 
     validate_relay(cfg)
     if cfg.matrix is None:
@@ -317,14 +316,7 @@ def _plan(cfg: RelayConfig) -> _Plan:
     ckpts, base, rank, engine = _resolve(cfg, run, {s: available[s] for s in steps})
     # every checkpoint generates in the last one's dtype (the relay's: its final checkpoint's), one precision per folder
     dtype = checkpoint_dtype(base.path if base is not None else ckpts[-1].path)
-    bench, probs = _load_problems(cfg.benchmark, cfg.problems, cfg.limit)
-    if bench.kind == "code":
-        try:
-            check_isolation(allow_unisolated=cfg.allow_unisolated)
-        except SandboxError as e:
-            raise RelayError(str(e)) from None
-    template = cfg.template or bench.default_template
-    max_tokens = int(cfg.max_tokens or bench.generation.get("max_tokens", 4096))
+    bench, probs, template, max_tokens = _benchmark(cfg)
     out_dir = (Path(cfg.out) if cfg.out is not None else
                io.default_out(io.run_name(run_dir), "relay-matrix") / f"{bench.name}-cut{cfg.cut:g}")
     if out_dir.exists() and not out_dir.is_dir():
