@@ -37,6 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from contracts.files import atomic_write_json, atomic_write_text
+from demo.common import MEASURED
 
 __all__ = ["ROWS", "COMPARISONS", "ENDPOINTS", "metrics_of", "paired_rows", "holm", "collect", "write", "read", "render",
            "main"]
@@ -117,7 +118,7 @@ def collect(out: Path, matrix_dir: Path, sync: Path) -> dict[str, object]:
     models = {f"{m}-seed{s}" for m, s in zip(methods["method"], methods["seed"])}
     per_problem = pd.read_csv(t / "per_problem.csv")
     per_problem = per_problem[per_problem["model"].isin(models)].reset_index(drop=True)
-    measured = json.loads((Path(out) / "measured.json").read_text())
+    measured = json.loads((Path(out) / MEASURED).read_text())
     matrix_settings = json.loads((Path(matrix_dir) / "settings.json").read_text())["args"]
     return {"methods": methods, "per_problem": per_problem,
             "matrix": pd.read_csv(Path(matrix_dir) / "matrix.csv"),
@@ -207,6 +208,21 @@ def _matrix_table(matrix: pd.DataFrame, k: int) -> list[str]:
     return lines
 
 
+def _matrix_reading(matrix: pd.DataFrame) -> str:
+    """What the k = 1 rows say: how far the continuer moves the relay's pass@1 given one writer's prefixes, against
+    how far the continuers differ alone."""
+    d = matrix[matrix["k"] == 1]
+    spans = {w: 100 * (g["relay"].max() - g["relay"].min()) for w, g in d.groupby("writer") if len(g) > 1}
+    alone = 100 * d.drop_duplicates("continuer")["alone"]
+    if not spans:
+        return ""
+    w_max = max(spans, key=spans.get)
+    return (f"Reading the k = 1 rows: given one writer's prefixes, the continuers' relay pass@1 differ by at most "
+            f"{spans[w_max]:.1f} points (writer step {w_max}), while the same continuers alone differ by "
+            f"{alone.max() - alone.min():.1f} points: at k = 1 the continuation changes little of what the first half "
+            f"decided. Whether that holds at larger k the k = {int(matrix['k'].max())} table shows cell by cell.")
+
+
 def _sync_table(sync: dict) -> list[str]:
     lines = ["| model | parameters | adapter (r 16) | full bytes / sync | adapter bytes / sync | bytes ratio | "
              "full ms / sync (median) | adapter ms / sync (median) | seconds ratio |",
@@ -243,6 +259,7 @@ def render(tdir: Path, *, command: str = "python -m demo.beyond") -> str:
              "trained); the (step 9, step 49) cell is Figure 2 (the premise page's relay).", ""]
     for k in (1, int(matrix["k"].max())):
         lines += [*_matrix_table(matrix, k), ""]
+    lines += [_matrix_reading(matrix), ""]
     lines += [f"![the relay matrix at k = {int(matrix['k'].max())}](beyond/relay_matrix.png)", "",
               "## The adapter sync against the full sync (vLLM's CPU build)", "",
               *_sync_table(sync), "",

@@ -122,6 +122,17 @@ def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool
 
 # ------------------------------------------------------------------------------------------------------------
 # one training run
+# --- a measured page and its tables (docs/<page>.md beside docs/<page>/tables/) -------------------------------
+PAGE_JSON = "page.json"     # in a page's tables folder: its command, budget and provenance (machine, commit, when)
+MEASURED = "measured.json"  # in an output folder: the machine and commit that measured it
+
+
+def figure_dir(doc: Path) -> Path:
+    """Where a page's figures and tables are copied: a folder named after the page beside it (``docs/premise.md``
+    -> ``docs/premise/``), so two pages written from two output folders never overwrite each other's files."""
+    return Path(doc).parent / Path(doc).stem
+
+
 # ------------------------------------------------------------------------------------------------------------
 def run_config(spec: RunSpec, budget, *, out: Path, seed: int, model: Path, train_file: Path,
                progress: bool = False):

@@ -16,31 +16,44 @@ order) with its t-interval, and the measured cost; cells with no finished seed a
 hand-written notes from ``NOTES_HEADING`` on are kept, and every number in them is checked against the new tables
 (``demo.page_numbers``, with ``NOTES_SOURCES`` below for the derived and cited ones): numbers that no longer match
 are printed and listed in a line under the heading.
+
+The page is rendered from a tables folder alone (issue #39 item 6): ``collect`` gathers from the run folders into
+``OUT/tables`` the held-out per-problem counts (n, correct) of every scored model (``per_problem.csv``), each run's
+train wall and CPU seconds and tokens generated (``runs.csv``), the warm-ups' summaries (``warmup.json``) and the
+per-method, per-seed table the page prints (``methods.csv``: avg@n and the paired difference to on-policy of every
+scored run); ``page.json`` holds the command, the budgets, the machine and commit that measured the runs and when the
+page was written, ``notes_sources.json`` what each entry of ``NOTES_SOURCES`` gave on this page. The folder is copied
+beside the page (``docs/miniature/tables/`` for ``--doc docs/miniature.md``), where ``tests/demo/test_pages.py``
+renders the page again from it and recomputes its statistics from the per-problem counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import t as student_t
 
 from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json, atomic_write_text
-from contracts.passk import summarize
+from contracts.passk import avg_at_n
 from contracts.samples import read_samples
 from demo.addition import (CODE, CODE_METHODS, FULL, METHODS, Budget, evaluate, final_checkpoint, heldout_prompts,
                            make_data, prepare_out, warmup)
-from demo.common import (REPO, DemoError, RunSpec, auto_threads, machine, read_metrics, run_config, run_name, seeded,
-                         train_run)
-from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
+from demo.common import (MEASURED, PAGE_JSON, REPO, DemoError, RunSpec, auto_threads, code_commit, figure_dir, machine,
+                         read_metrics, run_config, run_name, seeded, train_run)
+from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, parse_page, split, warning
 from eval.metrics import counts
 from scoring.tasks.addition import DIFFICULTY as ADDITION
 from scoring.tasks.minicode import DIFFICULTY as MINICODE, FN_NAMES as MINICODE_NAMES, OPS as MINICODE_OPS
@@ -87,17 +100,6 @@ def t_interval(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, t975(k - 1) * sd / math.sqrt(k)
 
 
-def scores(out: Path, task: str) -> dict[str, float]:
-    """{eval folder name: avg@n} of every scored model under out/eval."""
-    res = {}
-    for f in sorted((out / "eval").glob(f"*/{task}.jsonl")):
-        rows = read_samples(f)
-        if rows:
-            _, n, c = counts(rows)
-            res[f.parent.name] = summarize(n, c, ks=[1])["avg"]
-    return res
-
-
 TIMINGS = "timings.json"   # per run: wall and CPU seconds of training, torch threads, load average (this sweep's)
 
 
@@ -120,78 +122,8 @@ def sweep(out: Path, budget: Budget, seeds: int, *, fresh: bool = False, table: 
                 atomic_write_json(tfile, timings, indent=1)
                 log(f"{cfg.run_name}: trained in {time.perf_counter() - t0:.0f} s")
             evaluate([(cfg.run_name, final_checkpoint(cfg))], budget, out=out, log=log, baseline=None)
-
-
-def method_rows(out: Path, seeds: int, rows: list[tuple[str, str]], table: Sequence[RunSpec], sc: dict,
-                timings: dict, *, baseline: str) -> list[str]:
-    """The markdown table of one task: per method the mean over seeds with its t-interval, the per-seed values,
-    the paired difference to ``baseline`` and the measured cost."""
-    by_name = {s.name: s for s in table}
-    base = {seed: sc.get(run_name(by_name[baseline], seed)) for seed in range(seeds)}
-    lines = ["| method | mean ± 95% t-interval | seeds | per seed | vs on-policy (paired, same seed) | "
-             "train wall s / run | train CPU s / run | tokens generated / run |",
-             "|---|---|---:|---|---|---:|---:|---:|"]
-    for name, title in rows:
-        if name == "warmup":
-            v = sc.get("warmup")
-            cell = "not run" if v is None else f"{100 * v:.1f} (one model)"
-            lines.append(f"| {title} | {cell} | – | – | – | – | – | – |")
-            continue
-        spec = by_name[name]
-        vals, diffs, walls, cpus, toks = [], [], [], [], []
-        for seed in range(seeds):
-            rn = run_name(spec, seed)
-            v = sc.get(rn)
-            if v is None:
-                continue
-            vals.append(v)
-            if base.get(seed) is not None and name != baseline:
-                diffs.append(v - base[seed])
-            m = read_metrics(out / "runs" / rn)
-            walls.append(sum(x.get("time/step_s", 0.0) for x in m))
-            if rn in timings:
-                cpus.append(timings[rn]["cpu_s"])
-            toks.append(sum(x.get("tokens/generated", 0) for x in m))
-        if not vals:
-            lines.append(f"| {title} | not run | 0/{seeds} | | | | | |")
-            continue
-        mean, hw = t_interval(vals)
-        cell = f"{100 * mean:.1f}" + ("" if hw is None else f" ± {100 * hw:.1f}")
-        per = ", ".join(f"{100 * v:.1f}" for v in vals)
-        if diffs:
-            dm, dhw = t_interval(diffs)
-            dcell = f"{100 * dm:+.1f}" + ("" if dhw is None else f" ± {100 * dhw:.1f}") + f" (k={len(diffs)})"
-        else:
-            dcell = "–" if name == baseline else "no paired seed"
-        cpu = f"{sum(cpus) / len(cpus):.0f}" if cpus else ""
-        lines.append(f"| {title} | {cell} | {len(vals)}/{seeds} | {per} | {dcell} | "
-                     f"{sum(walls) / len(walls):.0f} | {cpu} | {sum(toks) / len(toks):.0f} |")
-    return lines
-
-
-def render_code(out: Path, budget: Budget, seeds: int) -> list[str]:
-    """The code section (Table 2's rows at miniature scale) from ``out`` (the code sweep's folder)."""
-    b = budget
-    sc = scores(out, b.task)
-    wfile = out / "warmup" / "warmup_summary.json"
-    wsum = json.loads(wfile.read_text()) if wfile.is_file() else {}
-    tfile = out / TIMINGS
-    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
-    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, CODE_LABELS[s.name]) for s in CODE_METHODS]
-    lines = ["## Code (Table 2's rows): held-out avg@n, %", "",
-             f"Task `{b.task}` (scoring/tasks/minicode.py: read two integers from stdin and print a function of "
-             "them, or write a two-argument function for a functional test), every reward a program run in the "
-             "sandbox with LiveCodeBench's harness (all tests pass -> 1). Policy tiny:"
-             f"{b.model_size}, warm-up {wsum.get('steps', '?')} supervised steps on the solver programs (batch 64, "
-             f"lr 3e-3, stopped at mean loss <= {b.warmup_stop_loss:g}; final {wsum.get('loss_last', math.nan):.3f}), "
-             "shared by every run and seed; the warm-up and the RL pool leave out every prompt of the held-out split "
-             f"({len(heldout_prompts(b.task))} distinct prompts), so the score is on unseen combinations of "
-             f"operation, constant and function name. RL {b.total_steps} steps x {b.prompts_per_step} prompts x "
-             f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, lr {b.lr:g}; seeded runs ratio 0.3, "
-             f"T {b.seed_interval} (the paper's code setting). Held-out: benchmark `{b.task}` of `eval` "
-             f"({b.eval_limit} problems, avg@{b.eval_n}, temperature 1.0, graded in the sandbox). Folder `{out}`.", ""]
-    return lines + method_rows(out, seeds, rows, CODE_METHODS, sc, timings, baseline="code_onpolicy") + [""]
-
+    # the machine and code that measured this folder, for the page (page_record)
+    atomic_write_json(out / MEASURED, {"machine": machine(threads=False), "commit": code_commit()}, indent=1)
 
 
 def code_dir(out: Path) -> Path:
@@ -305,18 +237,219 @@ NOTES_SOURCES: tuple[Source, ...] = (
 )
 
 
-def render(out: Path, budget: Budget, seeds: int, *, command: str, code_out: Path | None = None) -> str:
-    b = budget
-    sc = scores(out, b.task)
-    warm_summary = out / "warmup" / "warmup_summary.json"
-    wsum = json.loads(warm_summary.read_text()) if warm_summary.is_file() else {}
+# ------------------------------------------------------------------------------------------------------------
+# the tables behind the page (issue #39 item 6): collected from the run folders; the page renders from them alone
+# ------------------------------------------------------------------------------------------------------------
+PER_PROBLEM = "per_problem.csv"   # task, model, problem_id, n, correct: every scored model's held-out counts
+RUNS = "runs.csv"                 # per run folder: step times and tokens (metrics.jsonl), CPU s and load (timings)
+WARMUPS = "warmup.json"           # {task: the warm-up's warmup_summary.json}
+METHODS_CSV = "methods.csv"       # task, method, seed, run, avg, diff, train_wall_s, train_cpu_s, tokens_generated
+NOTES_JSON = "notes_sources.json"  # what each NOTES_SOURCES entry gave on the page written with these tables
+_COLUMNS = {PER_PROBLEM: ["task", "model", "problem_id", "n", "correct"],
+            RUNS: ["task", "run", "has_metrics", "train_wall_s", "tokens_generated", "train_cpu_s", "threads",
+                   "load_1min"],
+            METHODS_CSV: ["task", "method", "seed", "run", "avg", "diff", "train_wall_s", "train_cpu_s",
+                          "tokens_generated"]}
+
+
+def _frame(rows: list[dict], name: str) -> pd.DataFrame:
+    d = pd.DataFrame(rows, columns=_COLUMNS[name])
+    return d.astype({c: "Int64" for c in ("seed", "threads") if c in d})   # integers with blanks, not floats
+
+
+def read_table(tdir: Path, name: str) -> pd.DataFrame:
+    """One CSV of a tables folder (pandas writes and reads its floats back to the bit)."""
+    return pd.read_csv(Path(tdir) / name, dtype={"problem_id": str, "model": str, "run": str})
+
+
+def problem_counts(folder: Path, task: str) -> pd.DataFrame:
+    """(n, correct) per held-out problem of every model scored under ``folder/eval`` (``eval.metrics.counts``)."""
+    rows = []
+    for f in sorted((folder / "eval").glob(f"*/{task}.jsonl")):
+        ids, n, c = counts(read_samples(f))
+        rows += [{"task": task, "model": f.parent.name, "problem_id": i, "n": int(a), "correct": int(b)}
+                 for i, a, b in zip(ids, n, c)]
+    return _frame(rows, PER_PROBLEM)
+
+
+def run_costs(folder: Path, task: str) -> pd.DataFrame:
+    """Per run of ``folder/runs`` (or of its ``timings.json``): the sum of the trainer's step times and of the tokens
+    it generated (``metrics.jsonl``; 0 without one), and the sweep's CPU seconds, threads and load (``TIMINGS``)."""
+    tfile = folder / TIMINGS
+    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
+    logged = {p.parent.name for p in (folder / "runs").glob("*/metrics.jsonl")}
+    rows = []
+    for rn in sorted(logged | set(timings)):
+        m = read_metrics(folder / "runs" / rn)
+        t = timings.get(rn, {})   # a run trained before timings were kept has none
+        rows.append({"task": task, "run": rn, "has_metrics": rn in logged,
+                     "train_wall_s": sum(x.get("time/step_s", 0.0) for x in m),
+                     "tokens_generated": sum(x.get("tokens/generated", 0) for x in m),
+                     "train_cpu_s": t.get("cpu_s", math.nan), "threads": t.get("threads", math.nan),
+                     "load_1min": t.get("load_1min", math.nan)})
+    return _frame(rows, RUNS)
+
+
+def model_avg(pp: pd.DataFrame, task: str) -> dict[str, float]:
+    """{model: held-out avg@n} of one task's per-problem counts (the mean over problems of c / n)."""
+    d = pp[pp["task"] == task]
+    return {m: float(np.mean(avg_at_n(g["n"].to_numpy(), g["correct"].to_numpy())))
+            for m, g in d.groupby("model", sort=False)}
+
+
+def method_table(pp: pd.DataFrame, runs: pd.DataFrame, *, task: str, table: Sequence[RunSpec], seeds: int,
+                 baseline: str) -> pd.DataFrame:
+    """The rows the page prints for one task: the warm-up's avg@n, and per method and seed < ``seeds`` that was
+    scored its avg@n, the difference to ``baseline`` of the same seed (NaN: the baseline itself, or unscored) and the
+    run's cost (wall s and tokens 0 without metrics, CPU s NaN without a timing)."""
+    avg = model_avg(pp, task)
+    cost = runs[runs["task"] == task].set_index("run")
+    by_name = {s.name: s for s in table}
+    rows = [{"task": task, "method": "warmup", "run": "warmup", "avg": avg["warmup"]}] if "warmup" in avg else []
+    for spec in table:
+        for seed in range(seeds):
+            rn = run_name(spec, seed)
+            if rn not in avg:
+                continue
+            base = avg.get(run_name(by_name[baseline], seed))
+            c = cost.loc[rn] if rn in cost.index else None
+            rows.append({"task": task, "method": spec.name, "seed": seed, "run": rn, "avg": avg[rn],
+                         "diff": avg[rn] - base if base is not None and spec.name != baseline else math.nan,
+                         "train_wall_s": 0.0 if c is None else float(c["train_wall_s"]),
+                         "train_cpu_s": math.nan if c is None else float(c["train_cpu_s"]),
+                         "tokens_generated": 0 if c is None else c["tokens_generated"]})
+    return _frame(rows, METHODS_CSV)
+
+
+def sections(record: dict) -> list[tuple[str, Budget, Sequence[RunSpec], str]]:
+    """(folder, budget, methods, baseline) of each table of the page: the math one, then the code one."""
+    out = [(record["out"], Budget(**record["budget"]), TABLE, "onpolicy")]
+    if record["code_out"] is not None:
+        out.append((record["code_out"], Budget(**record["code_budget"]), CODE_METHODS, "code_onpolicy"))
+    return out
+
+
+def page_record(out: Path, seeds: int, *, command: str, code_out: Path | None) -> dict:
+    """``page.json``: what ``render`` needs beyond the CSVs. The machine and commit are those that measured the runs
+    (``MEASURED`` of the sweep folders), else this process's (a folder from before they were recorded)."""
+    swept = [f / MEASURED for f in (out, code_out) if f is not None and (f / MEASURED).is_file()]
+    measured = json.loads(swept[0].read_text()) if swept else {}
+    return {"writer": "demo.miniature", "command": command, "seeds": seeds,
+            "budget": dataclasses.asdict(FULL), "code_budget": dataclasses.asdict(CODE),
+            "code_heldout_prompts": len(heldout_prompts(CODE.task)),
+            "machine": measured.get("machine") or machine(threads=False),
+            "commit": measured.get("commit") or code_commit(),
+            "written": time.strftime("%Y-%m-%d %H:%M"), "out": str(out),
+            "code_out": None if code_out is None else str(code_out)}
+
+
+def collect(out: Path, seeds: int, *, command: str, code_out: Path | None = None) -> Path:
+    """``out/tables``: everything the page renders from (module docstring), gathered from ``out`` and ``code_out``
+    (the code table's folder); returns the folder."""
+    tdir = out / "tables"
+    tdir.mkdir(parents=True, exist_ok=True)
+    record = page_record(out, seeds, command=command, code_out=code_out)
+    pp, runs, warm = [], [], {}
+    for folder, b, _, _ in sections(record):
+        pp.append(problem_counts(Path(folder), b.task))
+        runs.append(run_costs(Path(folder), b.task))
+        wfile = Path(folder) / "warmup" / "warmup_summary.json"
+        warm[b.task] = json.loads(wfile.read_text()) if wfile.is_file() else {}
+    pp, runs = pd.concat(pp, ignore_index=True), pd.concat(runs, ignore_index=True)
+    methods = pd.concat([method_table(pp, runs, task=b.task, table=table, seeds=seeds, baseline=base)
+                         for _, b, table, base in sections(record)], ignore_index=True)
+    pp.to_csv(tdir / PER_PROBLEM, index=False)
+    runs.to_csv(tdir / RUNS, index=False)
+    methods.to_csv(tdir / METHODS_CSV, index=False)
+    atomic_write_json(tdir / WARMUPS, warm, indent=1)
+    atomic_write_json(tdir / PAGE_JSON, record, indent=1)
+    (tdir / NOTES_JSON).unlink(missing_ok=True)   # written with the page (write_page)
+    return tdir
+
+
+def read_page_record(tdir: Path) -> dict:
+    """A tables folder's ``page.json`` (``page_record``)."""
+    return json.loads((Path(tdir) / PAGE_JSON).read_text())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the page, from the tables folder alone
+# ------------------------------------------------------------------------------------------------------------
+def method_rows(d: pd.DataFrame, seeds: int, rows: list[tuple[str, str]], *, baseline: str) -> list[str]:
+    """The markdown table of one task from its ``methods.csv`` rows ``d``: per method the mean over seeds with its
+    t-interval, the per-seed values, the paired difference to ``baseline`` and the measured cost."""
+    lines = ["| method | mean ± 95% t-interval | seeds | per seed | vs on-policy (paired, same seed) | "
+             "train wall s / run | train CPU s / run | tokens generated / run |",
+             "|---|---|---:|---|---|---:|---:|---:|"]
+    for name, title in rows:
+        m = d[d["method"] == name].sort_values("seed")
+        if name == "warmup":
+            cell = "not run" if m.empty else f"{100 * float(m['avg'].iloc[0]):.1f} (one model)"
+            lines.append(f"| {title} | {cell} | – | – | – | – | – | – |")
+            continue
+        if m.empty:
+            lines.append(f"| {title} | not run | 0/{seeds} | | | | | |")
+            continue
+        vals = [float(v) for v in m["avg"]]
+        diffs = [float(v) for v in m["diff"].dropna()]
+        walls = [float(v) for v in m["train_wall_s"]]
+        cpus = [float(v) for v in m["train_cpu_s"].dropna()]
+        toks = list(m["tokens_generated"])
+        mean, hw = t_interval(vals)
+        cell = f"{100 * mean:.1f}" + ("" if hw is None else f" ± {100 * hw:.1f}")
+        per = ", ".join(f"{100 * v:.1f}" for v in vals)
+        if diffs:
+            dm, dhw = t_interval(diffs)
+            dcell = f"{100 * dm:+.1f}" + ("" if dhw is None else f" ± {100 * dhw:.1f}") + f" (k={len(diffs)})"
+        else:
+            dcell = "–" if name == baseline else "no paired seed"
+        cpu = f"{sum(cpus) / len(cpus):.0f}" if cpus else ""
+        lines.append(f"| {title} | {cell} | {len(vals)}/{seeds} | {per} | {dcell} | "
+                     f"{sum(walls) / len(walls):.0f} | {cpu} | {sum(toks) / len(toks):.0f} |")
+    return lines
+
+
+def render_code(d: pd.DataFrame, b: Budget, seeds: int, *, wsum: dict, heldout: int, folder: str) -> list[str]:
+    """The code section (Table 2's rows at miniature scale) from the code table's ``methods.csv`` rows ``d``."""
+    rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, CODE_LABELS[s.name]) for s in CODE_METHODS]
+    lines = ["## Code (Table 2's rows): held-out avg@n, %", "",
+             f"Task `{b.task}` (scoring/tasks/minicode.py: read two integers from stdin and print a function of "
+             "them, or write a two-argument function for a functional test), every reward a program run in the "
+             "sandbox with LiveCodeBench's harness (all tests pass -> 1). Policy tiny:"
+             f"{b.model_size}, warm-up {wsum.get('steps', '?')} supervised steps on the solver programs (batch 64, "
+             f"lr 3e-3, stopped at mean loss <= {b.warmup_stop_loss:g}; final {wsum.get('loss_last', math.nan):.3f}), "
+             "shared by every run and seed; the warm-up and the RL pool leave out every prompt of the held-out split "
+             f"({heldout} distinct prompts), so the score is on unseen combinations of "
+             f"operation, constant and function name. RL {b.total_steps} steps x {b.prompts_per_step} prompts x "
+             f"{b.samples_per_prompt} samples, <= {b.max_response_tokens} tokens, lr {b.lr:g}; seeded runs ratio 0.3, "
+             f"T {b.seed_interval} (the paper's code setting). Held-out: benchmark `{b.task}` of `eval` "
+             f"({b.eval_limit} problems, avg@{b.eval_n}, temperature 1.0, graded in the sandbox). "
+             f"Folder `{folder}`.", ""]
+    return lines + method_rows(d, seeds, rows, baseline="code_onpolicy") + [""]
+
+
+COMMITTED_PAGE = REPO / "docs" / "miniature.md"
+
+
+def render(tdir: Path, *, record: dict, doc: Path | None = None) -> str:
+    """The page's generated part (everything above ``NOTES_HEADING``) from the tables folder ``tdir`` alone and its
+    ``page.json`` record (``collect``)."""
+    tdir = Path(tdir)
+    methods, runs = read_table(tdir, METHODS_CSV), read_table(tdir, RUNS)
+    pp = read_table(tdir, PER_PROBLEM)
+    warm = json.loads((tdir / WARMUPS).read_text())
+    seeds = record["seeds"]
+    (out, b, _, _), *code = sections(record)
+    wsum = warm[b.task]
+    doc = Path(doc) if doc is not None else COMMITTED_PAGE
+    rel = os.path.relpath(figure_dir(doc), doc.parent)
     lines = [
         "# Miniature results table", "",
         "The paper's comparison at toy scale on CPU: every method trains the same tiny policy from the same "
         "supervised warm-up on the embedded `addition` task with the same budget, once per training seed, and is "
         "scored on the task's held-out split. It exercises the whole pipeline; at this scale the differences "
         "between methods say little about the paper's claims, and the numbers below are reported as measured.", "",
-        f"Regenerate: `{command}` (resumable: finished runs and graded problems are skipped; "
+        f"Regenerate: `{record['command']}` (resumable: finished runs and graded problems are skipped; "
         f"`python -m demo.miniature --seeds {seeds} --write-only` rewrites this page from what exists).", "",
         "## Budget", "",
         f"- policy: tiny:{b.model_size} (Llama, char tokenizer), supervised warm-up {wsum.get('steps', '?')} steps "
@@ -334,26 +467,65 @@ def render(out: Path, budget: Budget, seeds: int, *, command: str, code_out: Pat
         "that finished (Student t; none for k = 1)", "",
     ]
     rows = [("warmup", "supervised warm-up (no RL)")] + [(s.name, label(s.name, b)) for s in TABLE]
-    tfile = out / TIMINGS
-    timings = json.loads(tfile.read_text()) if tfile.is_file() else {}
-    lines += ["## Held-out avg@n, %", ""] + method_rows(out, seeds, rows, TABLE, sc, timings, baseline="onpolicy")
-    runs_done = [p for p in (out / "runs").glob("*/metrics.jsonl")] if (out / "runs").is_dir() else []
-    threads = sorted({t["threads"] for t in timings.values()})
-    loads = [t["load_1min"] for t in timings.values()]
+    lines += ["## Held-out avg@n, %", ""] + method_rows(methods[methods["task"] == b.task], seeds, rows,
+                                                        baseline="onpolicy")
+    mine = runs[runs["task"] == b.task]
+    threads = sorted({int(t) for t in mine["threads"].dropna()})
+    loads = [float(x) for x in mine["load_1min"].dropna()]
     lines += ["", "Rows \"ablation: ratio 0.5\" and \"ablation: T {}\" are the Thinking Seeds ratio 0.5 row above.".format(
               b.seed_interval), ""]
-    if code_out is not None:
-        lines += render_code(code_out, CODE, seeds)
+    for folder, cb, _, _ in code:
+        lines += render_code(methods[methods["task"] == cb.task], cb, seeds, wsum=warm[cb.task],
+                             heldout=record["code_heldout_prompts"], folder=folder)
+    scored = pp.loc[pp["task"] == b.task, "model"].nunique()
     lines += ["## Machine and cost", "",
-              f"{machine(threads=False)}. Training used {', '.join(map(str, threads)) or '?'} torch thread(s); "
+              f"{record['machine']}. Training used {', '.join(map(str, threads)) or '?'} torch thread(s); "
               "train wall s is the sum of the trainer's step times (`time/step_s`), train CPU s the process CPU time "
               "of the run (with one thread, about the wall time it would take on an idle core)."
               + (f" The sweep shared the two cores with other jobs (1-minute load average {min(loads):.1f}-"
                  f"{max(loads):.1f} at the end of the runs), so wall times overstate an idle machine." if loads else ""),
               "",
-              f"Page written {time.strftime('%Y-%m-%d %H:%M')} from {len(sc)} scored models and "
-              f"{len(runs_done)} run folders under `{out}`.", ""]
+              f"Page written {record['written']} from {scored} scored models and "
+              f"{int(mine['has_metrics'].astype(bool).sum())} run folders under `{out}`, measured with the code of "
+              f"commit {record['commit'] or '(unknown)'}; the tables behind every number are in `{rel}/tables/` "
+              "(`tests/demo/test_pages.py` renders this page again from them and recomputes its statistics).", ""]
     return "\n".join(lines)
+
+
+def notes_sources(generated: str) -> list[dict]:
+    """Each ``NOTES_SOURCES`` entry as written to ``notes_sources.json``: its phrase, where its numbers come from,
+    and for a derivation the values it gives on the page's generated part (None: not computable from these tables)."""
+    page, out = parse_page(generated), []
+    for src in NOTES_SOURCES:
+        if isinstance(src, Cited):
+            out.append({"phrase": src.phrase, "cited": src.source})
+            continue
+        try:
+            values = [float(x) for x in src.compute(page)]
+        except (AssertionError, IndexError, KeyError, ValueError, ZeroDivisionError):   # a table not run yet
+            values = None
+        out.append({"phrase": src.phrase, "derived": src.how, "values": values})
+    return out
+
+
+def write_page(out: Path, seeds: int, *, doc: Path, command: str, code_out: Path | None = None) -> tuple[str, list]:
+    """``doc`` rendered from the tables ``collect`` gathers, with the hand-written notes of the existing page (a new
+    page elsewhere takes them from the committed one) checked against the new tables (``mark``); the tables are
+    copied beside the page (``figure_dir``). Returns (the page, the notes' stale numbers)."""
+    tdir = collect(out, seeds, command=command, code_out=code_out)
+    generated = render(tdir, record=read_page_record(tdir), doc=doc)
+    page = generated
+    old = doc.read_text() if doc.is_file() else (COMMITTED_PAGE.read_text() if COMMITTED_PAGE.is_file() else "")
+    if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
+        page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
+    page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
+    atomic_write_json(tdir / NOTES_JSON, notes_sources(split(page, NOTES_HEADING)[0]), indent=1)
+    beside = figure_dir(doc) / "tables"
+    if beside.resolve() != tdir.resolve():
+        shutil.rmtree(beside, ignore_errors=True)
+        shutil.copytree(tdir, beside)
+    atomic_write_text(doc, page)
+    return page, stale
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,20 +563,15 @@ def main(argv: list[str] | None = None) -> int:
                 sweep(out, FULL, args.seeds, fresh=args.fresh)
             if "minicode" in tables:
                 sweep(code_dir(out), CODE, args.seeds, fresh=args.fresh, table=CODE_METHODS)
-        page = render(out, FULL, args.seeds, command=command, code_out=code_dir(out))
         doc = Path(args.doc) if args.doc else out / "miniature.md"
-        committed = REPO / "docs" / "miniature.md"   # a new page elsewhere carries the committed page's notes
-        old = doc.read_text() if doc.is_file() else (committed.read_text() if committed.is_file() else "")
-        if NOTES_HEADING in old:   # the hand-written reading of the numbers is kept
-            page = page.rstrip("\n") + "\n\n" + old[old.index(NOTES_HEADING):]
-        page, stale = mark(page, NOTES_HEADING, NOTES_SOURCES)
+        page, stale = write_page(out, args.seeds, doc=doc, command=command, code_out=code_dir(out))
         if stale:
             print(warning(stale, doc=doc, heading=NOTES_HEADING, sources_in="demo/miniature.py"), file=sys.stderr)
-        atomic_write_text(doc, page)
         print(page)
-        print(f"wrote {doc}" + ("" if doc.resolve() == committed.resolve() else
-                                f" (the committed page is {committed.relative_to(REPO)}: --doc {committed.relative_to(REPO)} "
-                                f"updates it)"))
+        committed = COMMITTED_PAGE.relative_to(REPO)
+        print(f"wrote {doc} and its tables {figure_dir(doc) / 'tables'}" + (
+            "" if doc.resolve() == COMMITTED_PAGE.resolve() else
+            f" (the committed page is {committed}: --doc {committed} updates it)"))
         return 0
 
     # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143

@@ -65,11 +65,11 @@ from contracts.files import atomic_write_json, atomic_write_jsonl
 from contracts.jsonl import read_jsonl
 from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from contracts.samples import read_samples
-from demo.common import (DemoError, Log, Timings, auto_threads, claim_out, code_commit, machine, read_metrics,
+from demo.common import (MEASURED, DemoError, Log, Timings, auto_threads, claim_out, code_commit, machine, read_metrics,
                          run_config, train_run)
 from demo.premise_budget import (BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget, curve_name,
                                  curve_steps, eval_name, extension_steps, long_name, method_list)
-from demo.premise_page import MEASURED, write_page
+from demo.premise_page import write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
                                 per_problem)
 from eval.config import EvalConfig

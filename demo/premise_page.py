@@ -24,7 +24,7 @@ import pandas as pd
 
 from contracts.commands import pct, points
 from contracts.files import atomic_write_json, atomic_write_text
-from demo.common import Log, code_commit, machine, relay_rows
+from demo.common import MEASURED, PAGE_JSON, Log, code_commit, figure_dir, machine, relay_rows
 from demo.miniature import t975, t_interval
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.premise_budget import (EXTENSION, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget, eval_name,
@@ -215,18 +215,10 @@ def render_seed_lift(summary: pd.DataFrame | None, run: str) -> list[str]:
             "updates since the refresh (`contracts.seed_lift`)."]
 
 
-def figure_dir(doc: Path) -> Path:
-    """Where a page's figures are copied: a folder named after the page beside it (``docs/premise.md`` ->
-    ``docs/premise/``), so two pages written from two output folders never overwrite each other's PNGs."""
-    return Path(doc).parent / Path(doc).stem
-
-
 # what the page reads besides analyse's tables, copied into the tables folder (``collect_inputs``) so that the
 # folder alone renders the page: a page's committed ``<page>/tables/`` is re-rendered by tests/demo/test_pages.py
 INPUTS = {"warmup_summary.json": Path("warmup") / "warmup_summary.json", "stages.json": Path(STAGES),
           "timings.json": Path(TIMINGS), "extension.json": Path(EXTENSION)}
-PAGE_JSON = "page.json"     # the page's command, title, budget and provenance (machine, commit, when, from where)
-MEASURED = "measured.json"  # written by demo.premise before its analysis: the machine and commit that measured it
 
 
 def collect_inputs(out: Path) -> Path:
