@@ -55,7 +55,7 @@ def metrics_of(methods: pd.DataFrame) -> tuple[str, str]:
     return "pass@1", f"pass@{K}"
 
 ENDPOINTS = """\
-## Endpoints (written before the runs, commit of this text)
+## Endpoints (written before the runs, in commit a188628)
 
 - **LoRA**: does rank-8 LoRA on the seven projections at 10x the lr land within seed noise of full fine-tuning?
   Endpoints: final pass@1 and pass@64 (n = 64, 200 held-out problems), LoRA − full paired by training seed; "within
@@ -118,9 +118,12 @@ def collect(out: Path, matrix_dir: Path, sync: Path) -> dict[str, object]:
     models = {f"{m}-seed{s}" for m, s in zip(methods["method"], methods["seed"])}
     per_problem = pd.read_csv(t / "per_problem.csv")
     per_problem = per_problem[per_problem["model"].isin(models)].reset_index(drop=True)
+    timings = json.loads((Path(out) / "timings.json").read_text())
+    runs = pd.DataFrame([{"run": r, **{k: timings[r].get(k) for k in ("wall_s", "cpu_s", "threads", "load_1min")}}
+                         for r in sorted(models) if r in timings])
     measured = json.loads((Path(out) / MEASURED).read_text())
     matrix_settings = json.loads((Path(matrix_dir) / "settings.json").read_text())["args"]
-    return {"methods": methods, "per_problem": per_problem,
+    return {"methods": methods, "per_problem": per_problem, "runs": runs,
             "matrix": pd.read_csv(Path(matrix_dir) / "matrix.csv"),
             "matrix_problems": pd.read_csv(Path(matrix_dir) / "matrix_problems.csv"),
             "lora_sync": json.loads(Path(sync).read_text()),
@@ -151,10 +154,11 @@ def _pm(mean: float, half: float) -> str:
     return f"{mean:.1f} ± {half:.1f}"
 
 
-def _rows_table(methods: pd.DataFrame) -> list[str]:
+def _rows_table(methods: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     one, big = metrics_of(methods)
-    lines = [f"| row | seeds | {one} % (per seed) | {big} % (per seed) | train CPU s / run | tokens generated / run |",
-             "|---|---:|---|---|---:|---:|"]
+    timing = runs.set_index("run")
+    lines = [f"| row | seeds | {one} % (per seed) | {big} % (per seed) | torch threads per seed | "
+             "tokens generated / run |", "|---|---:|---|---|---|---:|"]
     for m, label in ROWS.items():
         d = methods[methods["method"] == m].sort_values("seed")
         if d.empty:
@@ -164,9 +168,28 @@ def _rows_table(methods: pd.DataFrame) -> list[str]:
             v = d[metric].to_numpy(float) * 100
             half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan
             cells.append(f"{_pm(v.mean(), half)} ({', '.join(f'{x:.1f}' for x in v)})")
-        lines.append(f"| {label} | {len(d)} | {cells[0]} | {cells[1]} | {d['train_cpu_s'].mean():.0f} | "
-                     f"{d['tokens_generated'].mean():,.0f} |")
+        wall = ", ".join(f"{timing.loc[f'{m}-seed{s}', 'threads']:.0f}" for s in d["seed"])
+        lines.append(f"| {label} | {len(d)} | {cells[0]} | {cells[1]} | {wall} | {d['tokens_generated'].mean():,.0f} |")
     return lines
+
+
+def _cost_reading(runs: pd.DataFrame) -> str:
+    """Wall seconds compared only between runs of one seed trained at the same thread count (the rows' runs were
+    trained at 2 threads by the premise sweep and at 1 by this one, under other loads: no other pair is fair)."""
+    t = runs.set_index("run")
+    parts = []
+    for a, b in COMPARISONS:
+        for s in range(10):
+            ra, rb = f"{a}-seed{s}", f"{b}-seed{s}"
+            if ra in t.index and rb in t.index and t.loc[ra, "threads"] == t.loc[rb, "threads"]:
+                parts.append(f"{a} {t.loc[ra, 'wall_s']:.1f} s against {b} {t.loc[rb, 'wall_s']:.1f} s "
+                             f"({t.loc[ra, 'wall_s'] / t.loc[rb, 'wall_s']:.2f}x, seed {s}, "
+                             f"{t.loc[ra, 'threads']:.0f} thread{'s' if t.loc[ra, 'threads'] != 1 else ''})")
+    if not parts:
+        return "No pair of runs here was trained at the same thread count: their seconds are not compared."
+    return ("Cost: the wall seconds of a run's last launch (`timings.json`), compared only between runs of one seed "
+            "trained at the same thread count (the others differ in threads, load, or were resumed): "
+            + "; ".join(parts) + ".")
 
 
 def _paired_table(methods: pd.DataFrame) -> list[str]:
@@ -177,12 +200,22 @@ def _paired_table(methods: pd.DataFrame) -> list[str]:
         lo, hi = r.diff - r.half, r.diff + r.half
         blo, bhi = r.diff - r.half_bonferroni, r.diff + r.half_bonferroni
         lines.append(f"| {r.a} − {r.b} | {r.metric} | {r.diff:+.1f} ({r.per_seed}) | [{lo:+.1f}, {hi:+.1f}] | "
-                     f"{r.p:.3f} | {r.p_holm:.3f} | [{blo:+.1f}, {bhi:+.1f}] |")
+                     f"{r.p:.3f} | {r.p_holm:.3f} | [{blo:+.2f}, {bhi:+.2f}] |")
     verdicts = []
     for r in p.itertuples():
         inside = r.diff - r.half_bonferroni <= 0 <= r.diff + r.half_bonferroni
         verdicts.append(f"{r.a} − {r.b} at {r.metric}: {'within seed noise' if inside else 'beyond seed noise'}")
-    return lines + ["", "Read with the correction: " + "; ".join(verdicts) + "."]
+    notes = []
+    one, big = metrics_of(methods)
+    for a, b in COMPARISONS:
+        r1 = p[(p["a"] == a) & (p["metric"] == one)].iloc[0]
+        rk = p[(p["a"] == a) & (p["metric"] == big)].iloc[0]
+        if rk["diff"] - rk["half_bonferroni"] > 0 and r1["diff"] < 0:
+            notes.append(f"{a}'s {one} is {r1['diff']:+.1f} points against {b} (uncorrected interval "
+                         f"[{r1['diff'] - r1['half']:+.1f}, {r1['diff'] + r1['half']:+.1f}]), so part of its {big} "
+                         f"difference may be less sharpening rather than wider support; compare at matched {one} "
+                         f"(docs/premise.md's method) before reading it as breadth.")
+    return lines + ["", "Read with the correction: " + "; ".join(verdicts) + ".", *([""] + notes if notes else [])]
 
 
 def _matrix_table(matrix: pd.DataFrame, k: int) -> list[str]:
@@ -217,17 +250,22 @@ def _matrix_reading(matrix: pd.DataFrame) -> str:
     if not spans:
         return ""
     w_max = max(spans, key=spans.get)
+    K = int(matrix["k"].max())
+    big = matrix[matrix["k"] == K]
+    excl = big[(big["gain_low"] > 0) | (big["gain_high"] < 0)]
+    cells = ", ".join(f"({w}, {c})" for w, c in zip(excl["writer"], excl["continuer"])) or "none"
     return (f"Reading the k = 1 rows: given one writer's prefixes, the continuers' relay pass@1 differ by at most "
             f"{spans[w_max]:.1f} points (writer step {w_max}), while the same continuers alone differ by "
             f"{alone.max() - alone.min():.1f} points: at k = 1 the continuation changes little of what the first half "
-            f"decided. Whether that holds at larger k the k = {int(matrix['k'].max())} table shows cell by cell.")
+            f"decided. At k = {K} the cells whose interval excludes 0 are (writer, continuer) = {cells} of "
+            f"{len(big)}.")
 
 
 def _sync_table(sync: dict) -> list[str]:
     lines = ["| model | parameters | adapter (r 16) | full bytes / sync | adapter bytes / sync | bytes ratio | "
              "full ms / sync (median) | adapter ms / sync (median) | seconds ratio |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, s in sync.items():
+    for name, s in sorted(sync.items(), key=lambda kv: kv[1]["params"]):
         fb, ab = s["full"]["bytes"][-1], s["lora"]["bytes"][-1]
         fs, ls = float(np.median(s["full"]["seconds"])), float(np.median(s["lora"]["seconds"]))
         lines.append(f"| `{name}` | {s['params']:,} | {s['adapter_params']:,} | {fb:,} | {ab:,} | {ab / fb:.3f} | "
@@ -247,9 +285,11 @@ def render(tdir: Path, *, command: str = "python -m demo.beyond") -> str:
              "`tiny:1m`, its warm-up, 50 RL steps, 200 held-out problems scored at n = 64).", "",
              ENDPOINTS.rstrip(), "",
              "## LoRA and mixture seeds against their baselines (final checkpoints)", "",
-             *_rows_table(methods), "",
+             *_rows_table(methods, t["runs"]), "", _cost_reading(t["runs"]), "",
              "Mean ± 95 % Student t half-width over training seeds; the per-seed values in brackets. Paired by "
-             "training seed (the same warm-up, data order and sampling seeds per seed):", "",
+             "training seed (the same warm-up, data order and sampling seeds per seed; a thread count changes "
+             "floating-point sums, not the data or the seeds). Holm's adjusted p and the Bonferroni interval "
+             "(two decimals: it decides the reading) correct for the four comparisons:", "",
              *_paired_table(methods), "",
              "## The relay matrix of the on-policy run (training seed 0)", "",
              f"Every ordered pair of the run's checkpoints: the writer's response cut at {mx['cut']:g} of its length, "
