@@ -2,8 +2,9 @@
 ``blobs/``, ``snapshots/<commit>/`` of symlinks into them, ``refs/main``; ``HF_HUB_OFFLINE=1``), through every
 command that takes a model, each run as a user runs it (a subprocess, from a folder where ``org/name`` is no path):
 ``eval.run`` with the HF and the vLLM engine and with two data-parallel engines, ``tsanalysis relay`` between two
-ids, and a 2-rank ``torchrun`` training run whose per-node download outlasts the collective timeout. An id that is
-neither cached nor downloadable ends each command with one line (no traceback) on every rank."""
+ids, a 2-rank ``torchrun`` training run whose per-node download outlasts the collective timeout, and a LoRA run
+whose adapters name the hub id and are scored by ``eval.run`` and ``tsanalysis relay`` through the same cache. An id
+that is neither cached nor downloadable ends each command with one line (no traceback) on every rank."""
 
 from __future__ import annotations
 
@@ -193,3 +194,54 @@ def test_an_id_neither_cached_nor_downloadable_is_one_line(hub, tmp_path):
     for rank in (0, 1):
         assert sum(f"error (rank {rank}): model={MISSING}" in x for x in res.stderr.splitlines()) == 1, res.stderr
     assert "exitcode  : 2" in res.stderr or "exitcode: 2" in res.stderr, res.stderr[-3000:]
+
+
+def test_a_lora_run_from_a_hub_id_names_it_and_its_adapters_are_scored_through_the_cache(hub, tmp_path):
+    """A LoRA run of ``model=org/tiny`` from the cache: its adapters name the hub id (not the snapshot path), and
+    ``eval.run`` and ``tsanalysis relay`` read an adapter folder by resolving that id through the same cache."""
+    import torch
+    from safetensors.torch import load_file
+    overrides = [x for x in _train_overrides(tmp_path / "runs", EARLY) if not x.startswith("save_every=")]
+    # a random tiny model never adds correctly (every advantage 0): the entropy bonus moves the adapters all the same
+    _ok(_run([sys.executable, "-m", "trainer.train", *overrides, "engine=hf", "lora_rank=4", "lr=1e-2",
+              "entropy_coef=0.1", "save_every=1"], hub, tmp_path, OMP_NUM_THREADS="1"))
+    ckpts = sorted((tmp_path / "runs" / "run" / "checkpoints").glob("step_*"))
+    assert [c.name for c in ckpts] == ["step_000000", "step_000001"]
+    for c in ckpts:
+        adapter = json.loads((c / "adapter_config.json").read_text())
+        assert (adapter["base_model_name_or_path"], adapter["r"]) == (EARLY, 4)
+        assert (c / "adapter_model.safetensors").is_file() and not (c / "config.json").exists()
+        B = [v for k, v in load_file(str(c / "adapter_model.safetensors")).items() if "lora_B" in k]
+        assert len(B) == 4 * 7 and any(b.abs().max() > 0 for b in B)   # 4 layers x 7 projections, moved from 0
+    early, final = ckpts
+    # eval.run: the adapter's base resolved through the cache (the merged model is written into the folder once)
+    out = tmp_path / "eval"
+    _ok(_run(EVAL + ["--model", str(final), "--engine", "hf", "--out", str(out)], hub, tmp_path, OMP_NUM_THREADS="1"))
+    [path] = out.glob("*/addition.jsonl")
+    rows = _rows(path)
+    assert len(rows) == 4 and all(len(r["responses"]) == 2 for r in rows)
+    assert {r["settings"]["model_path"] for r in rows} == {str((final / "merged").resolve())}
+    merged = json.loads((final / "merged" / "config.json").read_text())
+    assert merged["architectures"] == ["LlamaForCausalLM"]
+    # the merged model is the cached base with the adapter folded in: the projections moved, nothing else
+    snapshot = hub / "hub" / "models--org--tiny" / "snapshots" / _rev(EARLY)
+    base_w, merged_w = load_file(str(snapshot / "model.safetensors")), load_file(str(final / "merged" /
+                                                                                       "model.safetensors"))
+    assert base_w.keys() == merged_w.keys()
+    moved = [k for k in base_w if not base_w[k].float().equal(merged_w[k].float())]
+    assert len(moved) == 4 * 7 and all(k.endswith("proj.weight") for k in moved), moved
+    adapter = load_file(str(final / "adapter_model.safetensors"))
+    for k in moved:   # W + (alpha / r) B A, alpha = 2 r by default: scale 2
+        stem = "base_model.model." + k.removesuffix(".weight")
+        delta = 2.0 * adapter[f"{stem}.lora_B.weight"].float() @ adapter[f"{stem}.lora_A.weight"].float()
+        assert torch.allclose(merged_w[k].float(), base_w[k].float() + delta, atol=1e-6), k
+    # tsanalysis relay between the run's two adapter checkpoints
+    relay = tmp_path / "relay"
+    _ok(_run([sys.executable, "-m", "tsanalysis", "relay", "--early", str(early), "--final", str(final),
+              "--benchmark", "addition", "--n", "2", "--limit", "3", "--max-tokens", "12", "--engine", "hf",
+              "--out", str(relay)], hub, tmp_path, OMP_NUM_THREADS="1"))
+    settings = json.loads((relay / "relay_settings.json").read_text())
+    assert (settings["early"], settings["final"]) == (str((early / "merged").resolve()),
+                                                      str((final / "merged").resolve()))
+    results = _rows(relay / "results.jsonl")
+    assert len(results) == 3 and all(len(r["relay_len"]) == len(r["final_len"]) == 2 for r in results)

@@ -18,7 +18,17 @@ from trainer.train import main as train_main
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = str(REPO / "trainer" / "configs" / "qwen25math7b_seeds_ratio.yaml")
-LORA_PRESETS = [str(REPO / "trainer" / "configs" / f"qwen25math7b_{m}_lora.yaml") for m in ("onpolicy", "seeds_ratio")]
+# the one-GPU LoRA presets, two per backbone: rank 32 on the seven projections (A adapter parameters, by hand in
+# test_the_adapter_of_each_lora_preset_by_hand), the engine share the plan derives, the planned update and generation
+# peaks (GB), where the update peaks, and the update peak the full preset's share would give (the engine awake)
+LORA_PLANS = {   # backbone: (A, share, update peak, generation peak, at, update peak at the full preset's share)
+    "qwen25math7b": (80_740_352, 0.5, 75.8, 65.9, "last layer", 84.3),
+    "r1distill15b": (36_929_536, 0.7, 73.0, 70.2, "LM head", 77.3),
+    "qwen3_4b_code": (66_060_288, 0.6, 73.6, 66.8, "last layer", 82.2),
+}
+LORA_PRESETS = [str(REPO / "trainer" / "configs" / f"{b}_{m}_lora.yaml") for b, methods in
+                [("qwen25math7b", ("onpolicy", "seeds_ratio")), ("r1distill15b", ("onpolicy", "seeds_ratio")),
+                 ("qwen3_4b_code", ("onpolicy", "seeds_state_action"))] for m in methods]
 
 
 def _plan_block(err: str) -> list[str]:
@@ -168,29 +178,69 @@ def test_the_lora_terms_at_7b_by_hand():
         pytest.approx(2 * P * tokens / (8 * 989e12 * 0.40))     # 8 H100s at 40 % MFU
 
 
+@pytest.mark.parametrize("backbone,h,q,kv,m,layers", [("qwen25math7b", 3584, 28 * 128, 4 * 128, 18944, 28),
+                                                      ("r1distill15b", 1536, 12 * 128, 2 * 128, 8960, 28),
+                                                      ("qwen3_4b_code", 2560, 32 * 128, 8 * 128, 9728, 36)])
+def test_the_adapter_of_each_lora_preset_by_hand(backbone, h, q, kv, m, layers):
+    """r x (d_in + d_out) per projection at rank 32, from the published shapes of each backbone."""
+    cfg = load_config(next(p for p in LORA_PRESETS if Path(p).name.startswith(backbone + "_")), [])
+    per_layer = 32 * ((h + q) + (h + kv) + (h + kv) + (q + h) + (h + m) + (h + m) + (m + h))
+    assert lora_params(SHAPES[cfg.model], cfg.lora_rank, cfg.lora_targets) == layers * per_layer \
+        == LORA_PLANS[backbone][0]
+
+
 @pytest.mark.parametrize("preset", LORA_PRESETS, ids=lambda p: Path(p).stem)
 def test_the_lora_presets_fit_one_80gb_card(preset):
     """The one-GPU LoRA presets: both phases under 80 GB (the engine awake through the update: its share is held
     there too), the update phase's peak by hand, the method fields those of the full preset."""
     cfg = load_config(preset, [])
     full = load_config(preset.replace("_lora.yaml", ".yaml"), [])
+    A, util, update, generation, at, at_full_share = next(v for b, v in LORA_PLANS.items()
+                                                          if Path(preset).name.startswith(b + "_"))
     s = SHAPES[cfg.model]
     m = memory_plan(cfg, s)
-    assert (m["gpus"], m["lora_params"], m["engine_awake_in_update"], cfg.lora_rank) == (1, 80_740_352, True, 32)
+    assert (m["gpus"], m["lora_params"], m["engine_awake_in_update"], cfg.lora_rank) == (1, A, True, 32)
+    assert cfg.lora_targets == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert m["update_peak"] < 80 and m["generation"] < 80 and m["sleep_off"] < 80
     t = m["terms"]
-    share = 0.5 * CARD_BYTES / GB
-    assert m["util"] == m["derived_util"] == 0.5
-    assert m["update_peak_at"] == "last layer"
-    assert m["update_peak"] == pytest.approx(t["state"] + t["boundaries"] + t["layer_recompute"] + t["layer_grads"]
-                                             + CUDA_OVERHEAD_GB + share)
-    assert (round(m["update_peak"], 1), round(m["generation"], 1)) == (75.8, 65.9)
+    share = util * CARD_BYTES / GB
+    assert m["util"] == m["derived_util"] == util
+    assert m["update_peak_at"] == at
+    # one process, the engine awake: no all-gather, no head gradient; the share in place of the asleep engine
+    at_layer = t["state"] + t["boundaries"] + t["layer_recompute"] + t["layer_grads"] + CUDA_OVERHEAD_GB + share
+    at_head = t["state"] + t["boundaries"] + t["final_norm"] + t["logit_chunk"] + CUDA_OVERHEAD_GB + share
+    assert m["update_peak"] == pytest.approx(max(at_layer, at_head))
+    assert (at_layer > at_head) == (at == "last layer")
+    assert (round(m["update_peak"], 1), round(m["generation"], 1)) == (update, generation)
     assert cfg.lr == pytest.approx(10 * full.lr)
     differ = {"lora_rank", "lr", "vllm_gpu_memory_utilization", "run_name"}
     assert {k: v for k, v in vars(cfg).items() if k not in differ} == \
         {k: v for k, v in vars(full).items() if k not in differ}
-    # the full preset's 0.6 share would leave 1.2 GB of the card in the awake update phase
-    assert round(memory_plan(load_config(preset, ["vllm_gpu_memory_utilization=0.6"]), s)["update_peak"], 1) == 84.3
+    assert cfg.run_name == full.run_name + "_lora" and full.lora_rank == 0
+    # the full preset's share would leave less than the headroom of the card in the awake update phase
+    over = memory_plan(load_config(preset, [f"vllm_gpu_memory_utilization={full.vllm_gpu_memory_utilization}"]), s)
+    assert full.vllm_gpu_memory_utilization > util and round(over["update_peak"], 1) == at_full_share
+
+
+def test_the_lora_memory_table_is_the_plans():
+    """docs/lora.md's per-backbone LoRA table: each cell the plan's number for that backbone's presets."""
+    page = (REPO / "docs" / "lora.md").read_text().splitlines()
+    page = page[next(i for i, x in enumerate(page) if x.startswith("| per GPU, LoRA rank 32, 1 × 80 GB |")):]
+    row = lambda name: next(x for x in page if x.startswith(f"| {name} |")).rstrip(" |").split(" | ")[1:]
+    for col, backbone in enumerate(LORA_PLANS):
+        cfg = load_config(next(p for p in LORA_PRESETS if Path(p).name.startswith(backbone + "_")), [])
+        m = memory_plan(cfg, SHAPES[cfg.model])
+        A, P = m["lora_params"], m["params"]
+        assert row("trainable parameters A")[col] == f"{A:,} ({100 * A / P:.2f} % of {P / 1e9:.2f} B)"
+        assert row("engine share, derived (the full preset's)")[col].startswith(
+            f"{m['util']:g} = {m['share']:.1f} GB")
+        assert row("KV cache")[col].startswith(f"{m['kv_gb']:.1f} GB ≈ {m['kv_sequences']:.0f} × "
+                                               f"{m['max_model_len']:,}")
+        assert row("**update phase peak** (engine awake)")[col].startswith(
+            f"**{m['update_peak']:.1f} GB** (at the {m['update_peak_at']})")
+        assert row("**generation phase peak**")[col].startswith(f"**{m['generation']:.1f} GB**")
+        assert row("weights + trainer state (base bf16 + adapter 16 B × A)")[col].startswith(
+            f"{m['terms']['state']:.1f} GB")
 
 
 def test_lora_rank_0_leaves_the_full_plan_unchanged():
@@ -224,7 +274,7 @@ def test_the_dry_run_of_a_lora_preset_prints_its_plan(capsys, monkeypatch, tmp_p
     block = "\n".join(_plan_block(capsys.readouterr().err))
     cfg = load_config(LORA_PRESETS[1], [])
     s = SHAPES[cfg.model]
-    m, t = memory_plan(cfg, s), step_time(cfg, s, gpus=1)
+    t = step_time(cfg, s, gpus=1)
     assert "planned for 1 x 80 GB (one process" in block and "prompts_per_step=32 divides 1: 32 groups per rank" in block
     assert "LoRA rank 32 on q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: 80,740,352 trainable" in block
     assert "frozen base in bf16 15.2 GB, adapter fp32 weights + gradients + AdamW moments 1.29 GB" in block
