@@ -48,11 +48,6 @@ def _methods(p: Page) -> Table:
     return p.table("Methods table")
 
 
-def _crossovers(p: Page, *methods: str) -> tuple[float, float]:
-    ks = [k for m in methods for k in _methods(p).nums(METHODS[m].paper, "crossover k per seed")]
-    return min(ks), max(ks)
-
-
 def _one_solution_percent(p: Page, point: str) -> float:
     """Share of a grid point's held-out problems with one solution, from the task at the setting its row states."""
     setting = p.table("Grid searched").cell(point, "setting", model="warmup")
@@ -98,21 +93,16 @@ _BONFERRONI = "the methods' pass@K minus on-policy's per seed (the page's per-se
 NOTES_SOURCES: tuple[Source, ...] = (
     Derived("pass@1 +3.5, pass@64 −2.5", "early − warm-up pass@k at k = 1 and the largest k",
             lambda p: [_passk(p).num(k, "early") - _passk(p).num(k, "warmup") for k in ("1", _passk(p).rows[-1][0])]),
-    Cited("at position 1: 0.97 nats in step 1, 0.46 in step 50", f"tables/entropy_positions.csv of {_RUN} "
-          "(premise_entropy.png draws it)"),
+    Cited("at position 1: 0.99 nats in step 1, 0.46 in step 50", "docs/premise/tables/entropy_positions.csv, position "
+          "1 at steps 0 and 49 (premise_entropy.png draws it; tests/demo/test_pages.py reads it)"),
     Derived("57 % of problems with one solution", "point E's held-out split (scoring.tasks.countdown at the grid "
             "row's setting, seed HELDOUT_SEED, PREMISE.heldout problems)", lambda p: [_one_solution_percent(p, "E")]),
-    Derived("crossovers 4.4-4.9", "min and max of the pool restarts' crossover k per seed",
-            lambda p: _crossovers(p, "restart_pool")),
     Derived("(t = 4.30)", "t_{0.975, k−1} (demo.miniature.t975) for the methods table's k seeds",
             lambda p: [t975(int(_methods(p).num(METHODS["onpolicy"].paper, "seeds")) - 1)]),
-    Cited("took 54-115 s each and 2198 s in all", f"timings.json of {_RUN}"),
-    Cited("about 23 s, so scoring the four intermediate checkpoints of every run is about 35 of the 91.4 minutes",
-          f"the Cost table's methods stage (4707 s wall) minus its 23 runs' training wall s in timings.json of {_RUN} "
-          "(2091 s), over their 115 scorings; 92 of them intermediate"),
     Derived("(each interval at 99.29 %, t = 11.77 over 3 seeds)", _BONFERRONI, lambda p: _bonferroni(p)),
-    Derived("the ratio rule's is [−10.1, +23.4]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_ratio")),
-    Derived("LUFFY's [−14.3, +33.3]", _BONFERRONI, lambda p: _bonferroni(p, "luffy")),
+    Derived("the entropy rule's is [−3.5, +17.2]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_entropy")),
+    Derived("LUFFY's [−7.5, +26.5]", _BONFERRONI, lambda p: _bonferroni(p, "luffy")),
+    Derived("the ratio rule's [−11.3, +23.6]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_ratio")),
     Cited("+3.4 ± 14.6", "docs/exploration.md, table *Along training*, the ratio rule's \"vs on-policy at matched "
           "pass@1\" (its runs continued to 100 steps, commit b544d47)"),
 )

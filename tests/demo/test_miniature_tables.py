@@ -169,8 +169,11 @@ def test_a_regenerated_miniature_page_is_checked_like_the_premise_pages(written,
     doc, _ = written
     for page in ("premise.md", "exploration.md"):
         shutil.copyfile(committed.DOCS / page, doc.parent / page)
+        tables = figure_dir(committed.DOCS / page) / "tables"
+        if tables.is_dir():   # a page regenerated with its tables (docs/premise.md since its rerun)
+            shutil.copytree(tables, figure_dir(doc.parent / page) / "tables")
     monkeypatch.setattr(committed, "DOCS", doc.parent)
-    assert committed._with_tables() == ["miniature.md"]
+    assert "miniature.md" in committed._with_tables()
     committed.test_every_measured_page_has_its_tables_or_says_it_has_none()
     committed.test_each_page_is_what_its_committed_tables_render()
     committed.test_the_committed_tables_are_what_their_per_problem_counts_give()

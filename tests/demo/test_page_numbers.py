@@ -64,6 +64,18 @@ def test_digits_that_are_no_measurement_are_named_by_a_rule():
         ("`--seeds 3`", "code span")}
 
 
+def test_a_hash_that_reads_as_a_float_is_no_crash():
+    """9e61921 is a commit hash, and a float of 10^61921 read naively (an OverflowError stopped the premise writer):
+    after "commit" it is a hash; elsewhere an infinite value, which no table shows, so it is reported, not a crash."""
+    from demo.page_numbers import parse_num
+    assert [(m.text, m.kind) for m in mentions(clean("commit 9e61921 and commits 9e61921"))] == [
+        ("9e61921", "commit hash"), ("9e61921", "commit hash")]
+    assert (parse_num("9e61921").value, parse_num("9e61921").step, parse_num("1e-400").value) == (float("inf"), 0.0, 0.0)
+    generated, notes, _, sources = _page("premise")
+    found = stale(generated, notes + "\n- **New.** Trained up to 9e61921.\n", sources)
+    assert [f.mention.text for f in found] == ["9e61921"]
+
+
 def test_a_number_from_no_table_is_reported_with_its_sentence():
     generated, notes, _, sources = _page("miniature")
     old = _edit(notes, "per seed 0.8, 1.0 and 0.8 points down", "three seeds 0.3-1.3 points down")

@@ -60,3 +60,18 @@ def test_a_changed_count_or_cell_is_caught(tmp_path):
     for prefix in TAMPER_FINDS[writer(figure_dir(doc) / "tables")]:
         assert any(b.startswith(prefix) for b in bad), (prefix, bad)
     assert differs
+
+
+def test_the_premise_pages_cited_entropy_is_its_committed_table():
+    """The one premise note the number audit takes as cited (a cell of no rendered table): position 1's entropy at
+    the first and last step, read from the committed entropy_positions.csv."""
+    import pandas as pd
+    tdir = figure_dir(DOCS / "premise.md") / "tables"
+    if not (tdir / "page.json").is_file():
+        pytest.skip("docs/premise.md has no committed tables")
+    e = pd.read_csv(tdir / "entropy_positions.csv")
+    first, last = (e[(e["position"] == 1) & (e["step"] == s)]["entropy"].item() for s in (e["step"].min(),
+                                                                                           e["step"].max()))
+    steps = int(e["step"].max()) + 1
+    assert (f"at position 1: {first:.2f} nats in step 1, {last:.2f} in step {steps}"
+            in " ".join((DOCS / "premise.md").read_text().split()))
