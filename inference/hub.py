@@ -132,6 +132,7 @@ def resolve_checked_model(spec: str, *, what: str = "--model") -> ModelSource:
 
 ADAPTER_CONFIG = "adapter_config.json"   # PEFT's adapter folder (with adapter_model.safetensors)
 MERGED_DIR = "merged"                    # an adapter folder's merged model: base + adapter as one Hugging Face model
+MERGED_FROM = "merged_from.json"         # in merged/: the base (its identity) and the adapter file it was merged from
 
 
 def holds_model(folder: str | os.PathLike) -> bool:
@@ -149,7 +150,9 @@ def merged_adapter(folder: Path, *, what: str = "--model") -> ModelSource:
     """The model a LoRA adapter folder stands for: its base (``adapter_config.json``'s ``base_model_name_or_path``,
     resolved and checked as any model argument) with the adapter merged, in ``folder/merged`` (written once:
     PEFT's ``PeftModel.from_pretrained`` then ``merge_and_unload``, in the base's dtype, saved to a temporary folder
-    and renamed; a complete one, e.g. the trainer's ``export_merged``, is used as it is). ModelSourceError, one line,
+    and renamed, with ``merged_from.json``: the base's identity, ``owner/name@<commit>`` for a hub id, and the
+    adapter file's SHA-256; a merge whose record names another base snapshot or adapter file is made again, and a
+    complete one without a record, e.g. the trainer's ``export_merged``, is used as it is). ModelSourceError, one line,
     when the base is not named or not found, or the folder cannot be written."""
     label = f"{what} {folder}"
     try:
@@ -163,9 +166,14 @@ def merged_adapter(folder: Path, *, what: str = "--model") -> ModelSource:
                                f"model's folder or hub id")
     source = resolve_checked_model(base, what=f"{label}: its base")
     merged = folder / MERGED_DIR
+    made_from = _made_from(folder, source)
+    if (merged / "config.json").is_file() and _recorded(merged) not in (None, made_from):
+        # merged from another base snapshot (the hub's refs/main moved) or another adapter file: merged again
+        import shutil
+        shutil.rmtree(merged, ignore_errors=True)
     if not (merged / "config.json").is_file():
         try:
-            _merge(folder, source.path, merged)
+            _merge(folder, source.path, merged, made_from)
         except OSError as e:
             raise ModelSourceError(f"{label}: cannot write its merged model to {merged} ({e}); copy the adapter "
                                    f"folder somewhere writable, or save it with export_merged=true") from None
@@ -173,9 +181,34 @@ def merged_adapter(folder: Path, *, what: str = "--model") -> ModelSource:
     return ModelSource(spec=str(folder), path=str(merged), revision=None)
 
 
-def _merge(adapter: Path, base: str, out: Path) -> None:
+def _made_from(adapter: Path, base: ModelSource) -> dict:
+    """What a merge is made from: the base's identity (``owner/name@<commit>``, or its folder) and the SHA-256 of
+    each adapter weights file (a retrained adapter saved over the folder differs)."""
+    import hashlib
+
+    weights = {}
+    for f in sorted(adapter.glob("adapter_model.*")):
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        weights[f.name] = h.hexdigest()
+    return {"base": base.identity, "adapter": weights}
+
+
+def _recorded(merged: Path) -> dict | None:
+    """The ``MERGED_FROM`` record of a merged folder; None when it has none (the trainer's ``export_merged``, or a
+    merge written before the record existed: taken as it is)."""
+    try:
+        return json.loads((merged / MERGED_FROM).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _merge(adapter: Path, base: str, out: Path, made_from: dict) -> None:
     """PEFT's merge of ``adapter`` into the model of folder ``base``, saved to ``out`` with the adapter folder's
-    tokenizer (the base's when it has none)."""
+    tokenizer (the base's when it has none) and ``MERGED_FROM`` (``made_from``: the base's identity and the adapter
+    file's hash, so a later call can tell a stale merge)."""
     import shutil
     import tempfile
 
@@ -190,6 +223,7 @@ def _merge(adapter: Path, base: str, out: Path) -> None:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (tmp / MERGED_FROM).write_text(json.dumps(made_from, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -454,6 +488,6 @@ def check_context(what: str, prompt_ids: Mapping[str, Sequence[int]], max_tokens
     if over is None:
         return
     fix = (f"lower --max-tokens to <= {over.room}" if over.room >= 1 else
-           f"the prompt alone fills it: drop the problem or use a model with a longer context")
+           "the prompt alone fills it: drop the problem or use a model with a longer context")
     raise ContextError(f"{what}: the longest prompt (problem {over.problem_id!r}) of {over.prompt_tokens} tokens + "
                        f"max_tokens {max_tokens} = {over.total} > {said}; {fix}{hint}")

@@ -305,3 +305,32 @@ def test_eval_run_scores_an_adapter_folder(bf16_run, tmp_path):
     assert run.main(["--model", str(step), "--name", "adapter", "--benchmarks", "addition", "--n", "2", "--limit",
                      "3", "--max-tokens", "6", "--no-progress", "--engine", "hf", "--out", str(tmp_path)]) == 0
     assert len(read_samples(tmp_path / "adapter" / "addition.jsonl")) == 3
+
+
+def test_a_merge_records_its_base_and_adapter_and_is_redone_when_either_changes(bf16_run, tmp_path):
+    """inference.hub.merged_adapter writes merged/merged_from.json (the base's identity, the adapter file's SHA-256)
+    and merges again when the adapter file under it changed; a merged folder without a record is used as it is."""
+    import shutil
+
+    from inference.hub import MERGED_FROM, resolve_checked_model
+
+    run_dir = bf16_run[0]
+    step = tmp_path / "step"
+    shutil.copytree(run_dir / "checkpoints" / "step_000001", step, ignore=shutil.ignore_patterns("trainer_state"))
+    # the trainer's export_merged has no record: taken as it is
+    assert (step / "merged").is_dir() and not (step / "merged" / MERGED_FROM).exists()
+    resolve_checked_model(str(step))
+    assert not (step / "merged" / MERGED_FROM).exists()
+    shutil.rmtree(step / "merged")
+    resolve_checked_model(str(step))
+    rec = json.loads((step / "merged" / MERGED_FROM).read_text())
+    base = json.loads((step / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert rec["base"] == str(Path(base).resolve()) and list(rec["adapter"]) == [ADAPTER_WEIGHTS]
+    first = load_file(str(step / "merged" / "model.safetensors"))
+    # another adapter saved over the folder (step 2's): the stale merge is redone from it
+    shutil.copyfile(run_dir / "checkpoints" / f"step_{STEPS - 1:06d}" / ADAPTER_WEIGHTS, step / ADAPTER_WEIGHTS)
+    resolve_checked_model(str(step))
+    again = json.loads((step / "merged" / MERGED_FROM).read_text())
+    assert again["base"] == rec["base"] and again["adapter"] != rec["adapter"]
+    second = load_file(str(step / "merged" / "model.safetensors"))
+    assert any(not torch.equal(first[k], second[k]) for k in first)
