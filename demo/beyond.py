@@ -1,9 +1,12 @@
 """docs/beyond.md: the features beyond the paper measured on the miniature (issue #41 item 6).
 
     python -m demo.premise --out runs/beyond --methods onpolicy,seeds_ratio,onpolicy_lora,seeds_mixture
-    tsanalysis relay --matrix runs/beyond/runs/onpolicy --benchmarks countdown \\
+    tsanalysis relay --matrix runs/beyond/runs/onpolicy-seed0 --benchmarks countdown \\
         --problems runs/beyond/data/heldout.jsonl --max-tokens 40 --n 64 --template raw --out runs/beyond/matrix
     python -m demo.beyond --out runs/beyond --matrix runs/beyond/matrix --sync lora_sync.json --doc docs/beyond.md
+
+``lora_sync.json`` is ``{"tiny:1m": side_run("1m", 16, "float32", 5, 1), "qwen2-0.5b": side_run("qwen2-0.5b", ...)}``
+of ``perf.bench_lora_sync.side_run`` (vLLM's CPU build; each in a fresh interpreter).
 
 Three measurements in the premise regime (countdown, ``tiny:1m``, the premise's warm-up and RL budget, 3 training
 seeds per row), with the endpoints written into the page before the runs (``ENDPOINTS``):
@@ -313,7 +316,8 @@ def render(tdir: Path, *, command: str = "python -m demo.beyond") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m demo.beyond", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m demo.beyond", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the demo.premise folder with the four rows")
     p.add_argument("--matrix", required=True, help="the tsanalysis relay --matrix output folder")
     p.add_argument("--sync", required=True, help="JSON of the sync measurements, {model: side_run output}")
@@ -323,8 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     tdir = doc.with_suffix("") / "tables"
     try:
         tables = collect(Path(args.out), Path(args.matrix), Path(args.sync))
+    except FileNotFoundError as exc:
+        print(f"error: {exc.filename}: no such file; write the inputs first (the commands in `python -m demo.beyond "
+              f"--help`'s module doc: demo.premise with the four rows, tsanalysis relay --matrix, the sync JSON)",
+              file=sys.stderr)
+        return 2
     except (OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if tdir.exists():
         shutil.rmtree(tdir)

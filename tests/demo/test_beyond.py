@@ -83,3 +83,12 @@ def test_the_committed_tables_are_what_their_counts_give(tmp_path):
     mp.to_csv(bad / "matrix_problems.csv", index=False)
     found = _recompute(bad)
     assert "methods.onpolicy-seed0.pass@1" in found and "matrix.relay" in found, found
+
+
+def test_missing_inputs_are_one_line_and_exit_2(tmp_path, capsys):
+    from demo.beyond import main
+    assert main(["--out", str(tmp_path / "none"), "--matrix", str(tmp_path), "--sync", str(tmp_path / "s.json"),
+                 "--doc", str(tmp_path / "beyond.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'none' / 'tables' / 'methods.csv'}: no such file;") and err.count("\n") == 1
+    assert not (tmp_path / "beyond.md").exists()
