@@ -41,6 +41,8 @@ from scipy import stats
 
 from contracts.files import atomic_write_json, atomic_write_text
 from demo.common import MEASURED
+from demo.miniature import t975, t_interval
+from demo.premise_page import simultaneous_t
 
 __all__ = ["ROWS", "COMPARISONS", "ENDPOINTS", "metrics_of", "paired_rows", "holm", "collect", "write", "read", "render",
            "main"]
@@ -89,12 +91,12 @@ def paired_rows(methods: pd.DataFrame) -> pd.DataFrame:
             se = d.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
             p = float(stats.ttest_1samp(d, 0.0).pvalue) if n > 1 and se > 0 else (1.0 if n > 1 else np.nan)
             rows.append({"a": a, "b": b, "metric": metric, "seeds": n, "diff": float(d.mean()),
-                         "half": float(stats.t.ppf(0.975, n - 1) * se) if n > 1 else np.nan, "se": float(se),
+                         "half": t975(n - 1) * float(se) if n > 1 else np.nan, "se": float(se),
                          "p": p, "per_seed": " ".join(f"{v:+.1f}" for v in d)})
     out = pd.DataFrame(rows)
     m = len(out)
     out["p_holm"] = holm(out["p"].to_numpy(float))
-    out["half_bonferroni"] = [stats.t.ppf(1 - 0.05 / (2 * m), n - 1) * se if n > 1 else np.nan
+    out["half_bonferroni"] = [simultaneous_t(n - 1, m) * se if n > 1 else np.nan
                               for n, se in zip(out["seeds"], out["se"])]
     return out
 
@@ -169,8 +171,8 @@ def _rows_table(methods: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         cells = []
         for metric in (one, big):
             v = d[metric].to_numpy(float) * 100
-            half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan
-            cells.append(f"{_pm(v.mean(), half)} ({', '.join(f'{x:.1f}' for x in v)})")
+            mean, half = t_interval(list(v))
+            cells.append(f"{_pm(mean, np.nan if half is None else half)} ({', '.join(f'{x:.1f}' for x in v)})")
         wall = ", ".join(f"{timing.loc[f'{m}-seed{s}', 'threads']:.0f}" for s in d["seed"])
         lines.append(f"| {label} | {len(d)} | {cells[0]} | {cells[1]} | {wall} | {d['tokens_generated'].mean():,.0f} |")
     return lines

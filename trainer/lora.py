@@ -138,15 +138,12 @@ def init_adapters(model: torch.nn.Module, seed: int) -> None:
 
 def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The adapter's tensors as ``PeftModel.save_pretrained`` keys them (``base_model.model.<module>.lora_A.weight``:
-    the wrapper's prefix, no adapter name), on CPU in their own (master) dtype. Collective on a sharded model
-    (each tensor is gathered whole): every rank calls it, and every rank gets the tensors."""
-    params = dict(model.named_parameters())
-    out = {}
-    for name in adapter_names(model):
-        value = params[name].detach()
-        value = value.full_tensor() if hasattr(value, "full_tensor") else value
-        out[_PEFT_PREFIX + name.replace(f".{ADAPTER}.", ".")] = value.to("cpu", copy=True).contiguous()
-    return out
+    the wrapper's prefix, no adapter name), on CPU in their own (master) dtype: ``inference.vllm_engine
+    .adapter_tensors``, what the engine's adapter sync sends. Collective on a sharded model (each tensor is gathered
+    whole): every rank calls it, and every rank gets the tensors."""
+    from inference.vllm_engine import adapter_tensors
+
+    return adapter_tensors(model)
 
 
 def write_adapter(out: Path, model: torch.nn.Module, tokenizer, *, base: str,
