@@ -532,6 +532,43 @@ def test_support_and_seed_lift_tables_are_those_of_the_tsanalysis_commands(toy):
     assert lift["lift_mean"] == pytest.approx(direct["lift_mean"], nan_ok=True)
 
 
+@pytest.mark.slow   # the toy regime
+def test_the_mechanism_grid_reads_a_premise_folder_and_its_page_recomputes(toy, tmp_path, capsys):
+    """``python -m demo.mechanism --premise DIR --points 3n --doc PAGE`` (issue #40 item 1) on the toy folder, whose
+    task is point 3n's: the grid row is the counts' (narrowing, relay - early), the lift table is the entropy-rule
+    run's seeds, the page renders from the tables written beside it, and the hand-written notes survive a rewrite."""
+    from demo.mechanism import main, point_row, read_point, render
+
+    out, _, _, _ = toy
+    doc = tmp_path / "docs" / "mechanism.md"
+    assert main(["--premise", str(out), "--points", "3n", "--doc", str(doc), "--threads", "1"]) == 0
+    tdir = tmp_path / "docs" / "mechanism" / "tables"
+    assert {p.name for p in tdir.iterdir()} == {"grid.csv", "lift_by_depth.csv", "per_problem.csv",
+                                                "relay_problems.csv", "page.json"}
+    grid = pd.read_csv(tdir / "grid.csv").iloc[0]
+    pp, relay, lift, wall = read_point("3n", out)
+    want = point_row("3n", pp, relay, lift, wall)
+    assert grid["K"] == TOY.eval_n and want["K"] == TOY.eval_n
+    for k in ("final_pass1", "warmup_passK", "relay_early_diff", "relay_early_low", "relay_final_diff", "wall_s"):
+        assert grid[k] == pytest.approx(want[k]), k
+    counts = pd.read_csv(out / "tables" / "relay_problems.csv")
+    assert grid["relay_passK"] == pytest.approx(pass_at_k(counts["n"], counts["relay_correct"], TOY.eval_n).mean())
+    assert lift["seeds"].sum() > 0 and set(pd.read_csv(tdir / "lift_by_depth.csv")["point"]) == {"3n"}
+    page = doc.read_text()
+    assert page == render(tdir) and "| 3n | 3 numbers 1..10, target 1..30" in page
+    doc.write_text(page + "\n## Reading the grid\n\nhand-written\n")
+    assert main(["--write-only", "--doc", str(doc)]) == 0
+    assert doc.read_text().endswith("## Reading the grid\n\nhand-written\n")
+    # a folder of another task is refused, one line, before anything runs
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "premise.json").write_text(json.dumps({**json.loads((out / "premise.json").read_text()), "numbers": 4}))
+    capsys.readouterr()
+    assert main(["--premise", str(other), "--points", "3n", "--doc", str(doc)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differs from point 3n's in numbers" in err[0]
+
+
 def test_support_section_reads_the_measured_counts():
     """The support rows and the sentence from a table of the counts `python -m demo` measured at k = 64 (warm-up ->
     final lost 50 and gained 2 of 200; final -> relay gained 39 and lost 5)."""

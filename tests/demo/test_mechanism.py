@@ -1,0 +1,147 @@
+"""The regime search for the mechanism (issue #40 item 1, ``demo.mechanism``): its statistics on hand-made data
+whose answers are known, its one-line refusals, and the committed page against the tables beside it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contracts.passk import paired_bootstrap, pass_at_k
+from demo.beyond import holm
+from demo.common import REPO, figure_dir
+from demo.mechanism import POINTS, cluster_test, lift_by_depth, main, point_row, render
+
+DOC = REPO / "docs" / "mechanism.md"
+TABLES = figure_dir(DOC) / "tables"
+
+
+def _seeds(n_groups: int = 60, per: int = 4) -> pd.DataFrame:
+    """Seeds at two depths. Shallow cuts (10 % of the source): the continuation is right with probability 0.75
+    whatever its source, against fresh groups at 0.25 (lift +0.5, carry 0). Deep cuts (90 %): the continuation is
+    its source's verdict, and the fresh value is the source's mean (lift 0, carry 1)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for g in range(n_groups):
+        deep = g % 2 == 1
+        src = rng.integers(0, 2, per).astype(float)
+        for i in range(per):
+            y = src[i] if deep else float(i != 0)          # shallow: 3 of 4 right, whatever the source
+            fresh = src.mean() if deep else 0.25
+            rows.append({"group": g, "seed_len": 9 if deep else 1, "source_len": 10, "source_correct": src[i],
+                         "correct": y, "lift": y - fresh})
+    return pd.DataFrame(rows)
+
+
+def test_lift_by_depth_finds_the_lift_where_the_continuation_decides_and_the_carry_where_the_prefix_does():
+    t = lift_by_depth(_seeds()).set_index("depth_bin")
+    assert list(t.index) == [0, 4] and t.loc[0, "seeds"] == t.loc[4, "seeds"] == 120
+    assert t.loc[0, "lift"] == pytest.approx(0.5) and t.loc[0, "low"] == pytest.approx(0.5)   # no spread at all
+    assert t.loc[4, "lift"] == pytest.approx(0.0, abs=1e-12) and t.loc[4, "p"] == 1.0
+    assert t.loc[0, "p"] == 0.0 and t.loc[0, "p_holm"] == 0.0 and t.loc[4, "p_holm"] == 1.0
+    assert t.loc[4, "carry"] == 1.0 and t.loc[4, "value_after_right"] == 1.0 and t.loc[4, "value_after_wrong"] == 0.0
+    assert t.loc[0, "carry"] == pytest.approx(t.loc[0, "value_after_right"] - t.loc[0, "value_after_wrong"])
+    assert abs(t.loc[0, "carry"]) < 0.3   # shallow cuts: the source's verdict hardly moves the continuation's
+
+
+def test_cluster_test_resamples_whole_groups_and_its_p_value_can_fail():
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0.0, 1.0, 400)
+    noise -= noise.mean()                                   # centred: the mean is 0 to rounding
+    groups = np.repeat(np.arange(40), 10)
+    flat = cluster_test(noise, groups)
+    assert flat["low"] < 0 < flat["high"] and flat["p"] > 0.5 and flat["lift"] == pytest.approx(0.0, abs=1e-12)
+    # the same values, each group sharing one shift: a cluster interval is wider than the seeds-as-independent one
+    shifted = noise + np.repeat(rng.normal(0.0, 2.0, 40), 10)
+    clustered = cluster_test(shifted, groups)
+    alone = cluster_test(shifted, np.arange(400))
+    assert clustered["high"] - clustered["low"] > 1.8 * (alone["high"] - alone["low"])
+    assert cluster_test(noise + 1.0, groups)["p"] == 0.0
+
+
+def test_holm_is_the_step_down_rule():
+    assert holm(np.array([0.01, 0.04, 0.03, 0.5])).tolist() == pytest.approx([0.04, 0.09, 0.09, 0.5])
+
+
+def _counts(c_warm, c_early, c_final, c_relay, n=64):
+    ids = [f"p{i:03d}" for i in range(len(c_warm))]
+    pp = pd.concat([pd.DataFrame({"model": m, "problem_id": ids, "n": n, "correct": c})
+                    for m, c in (("warmup", c_warm), ("early", c_early), ("final", c_final))], ignore_index=True)
+    relay = pd.DataFrame({"problem_id": ids, "n": n, "early_correct": c_early, "relay_correct": c_relay,
+                          "final_correct": c_final})
+    return pp, relay
+
+
+def test_point_row_reads_each_criterion_from_the_counts():
+    P = 40
+    warm = np.full(P, 8)                                   # every problem sometimes solved: pass@64 ~ 1
+    final = np.where(np.arange(P) % 2 == 0, 40, 0)          # sharper: pass@1 up, half the problems lost
+    lift = lift_by_depth(_seeds())
+    pp, relay = _counts(warm, warm, final, warm)            # the relay is the early checkpoint, count for count
+    row = point_row("4n", pp, relay, lift, wall_s=600.0)
+    assert row["K"] == 64 and row["numbers"] == 4 and row["max_response_tokens"] == 56
+    assert row["warmup_pass1"] == pytest.approx(8 / 64) and row["final_pass1"] == pytest.approx(20 / 64)
+    assert row["final_passK"] == pytest.approx(0.5) and row["passK_diff"] == pytest.approx(
+        0.5 - pass_at_k(64, 8, 64).item())
+    assert row["narrowed"] and row["passK_high"] < 0 < row["pass1_low"]
+    assert row["relay_early_diff"] == 0.0 and not row["relay_beyond_early"]
+    assert row["relay_final_diff"] == pytest.approx(row["early_passK"] - row["final_passK"])
+    assert row["lift_bins"] == 1 and row["lift_bins_holm"] == 1 and row["seed_lift_at_depth"]
+    assert row["fits"] and not row["meets_all"]             # the relay adds nothing beyond early
+    # a relay that solves problems the early checkpoint does not: the fourth criterion holds, and all four
+    better = np.where(np.arange(P) % 4 == 0, 0, warm)
+    pp2, relay2 = _counts(warm, better, final, warm)
+    row2 = point_row("4n", pp2, relay2, lift, wall_s=600.0)
+    want = paired_bootstrap(pass_at_k(64, warm, 64), pass_at_k(64, better, 64))
+    assert row2["relay_early_diff"] == pytest.approx(want["diff"]) and row2["relay_early_low"] == want["low"]
+    assert row2["relay_beyond_early"] and row2["meets_all"]
+    assert not point_row("4n", pp2, relay2, lift, wall_s=5000.0)["meets_all"]   # too slow for the demo
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--points", "3n,bogus"], "unknown point 'bogus'"),
+    (["--write-only"], "--write-only needs --doc"),
+    (["--write-only", "--doc", "{tmp}/nowhere/mechanism.md"], "grid.csv is missing"),
+    (["--premise", "{tmp}", "--points", "3n"], "not a demo.premise output folder"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_anything_runs(argv, says, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_point_is_a_countdown_the_generator_can_make():
+    from demo.mechanism import point_budget
+    from scoring.tasks import countdown
+
+    for name in POINTS:
+        b = point_budget(name)
+        rows = countdown.make_examples(20, seed=3, **b.difficulty)
+        longest = max(len(r["solution"]) for r in rows)
+        assert longest + 1 <= b.max_response_tokens, (name, longest)   # a reference trace and its EOS fit
+
+
+def test_the_committed_page_is_what_its_tables_render_and_their_numbers_recompute():
+    if not (TABLES / "grid.csv").is_file():
+        pytest.skip("docs/mechanism.md has no committed tables yet")
+    page = DOC.read_text()
+    assert page.startswith(render(TABLES).rstrip("\n"))
+    grid = pd.read_csv(TABLES / "grid.csv")
+    lift = pd.read_csv(TABLES / "lift_by_depth.csv")
+    pp = pd.read_csv(TABLES / "per_problem.csv", dtype={"problem_id": str})
+    relay = pd.read_csv(TABLES / "relay_problems.csv", dtype={"problem_id": str})
+    for _, g in grid.iterrows():
+        name = g["point"]
+        lt = lift[lift["point"] == name].drop(columns="point")
+        assert np.allclose(holm(lt["p"].to_numpy()), lt["p_holm"].to_numpy())
+        row = point_row(name, pp[pp["point"] == name].drop(columns="point"),
+                        relay[relay["point"] == name].drop(columns="point"), lt, g["wall_s"])
+        for k, v in row.items():
+            if isinstance(v, (bool, np.bool_)):
+                assert bool(g[k]) == v, (name, k)
+            elif isinstance(v, str):
+                assert g[k] == v, (name, k)
+            else:
+                assert g[k] == pytest.approx(v, abs=1e-12), (name, k)
