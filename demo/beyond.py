@@ -43,6 +43,7 @@ from contracts.files import atomic_write_json, atomic_write_text
 from demo.common import MEASURED
 from demo.miniature import t975, t_interval
 from demo.premise_page import simultaneous_t
+from demo.premise_stats import holm
 
 __all__ = ["ROWS", "COMPARISONS", "ENDPOINTS", "metrics_of", "paired_rows", "holm", "collect", "write", "read", "render",
            "main"]
@@ -98,18 +99,6 @@ def paired_rows(methods: pd.DataFrame) -> pd.DataFrame:
     out["p_holm"] = holm(out["p"].to_numpy(float))
     out["half_bonferroni"] = [simultaneous_t(n - 1, m) * se if n > 1 else np.nan
                               for n, se in zip(out["seeds"], out["se"])]
-    return out
-
-
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (Holm 1979): sorted ascending, p_(i) * (m − i + 1), running maximum,
-    capped at 1."""
-    p = np.asarray(p, float)
-    m = len(p)
-    order = np.argsort(p, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adj
     return out
 
 

@@ -41,7 +41,7 @@ import torch
 from contracts.commands import EXIT_CODES_HELP, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import paired_bootstrap, pass_at_k
-from demo.beyond import holm
+from demo.premise_stats import holm
 from demo.common import MEASURED, PAGE_JSON, DemoError, auto_threads, code_commit, figure_dir, machine
 from demo.premise import run_premise
 from demo.premise_budget import MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name

@@ -69,6 +69,7 @@ from demo.common import (MEASURED, DemoError, Log, Timings, auto_threads, claim_
                          run_config, train_run)
 from demo.premise_budget import (BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget, curve_name,
                                  curve_steps, eval_name, extension_steps, long_name, method_list)
+from demo.endpoints import POWER_METHODS
 from demo.premise_page import write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
                                 per_problem)
@@ -560,7 +561,8 @@ class _Stages(Timings):
 
 
 def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False, doc: str | os.PathLike | None = None,
-                log: Log = print, extend_to: int = 0, title: str | None = None, command: str | None = None) -> dict:
+                log: Log = print, extend_to: int = 0, title: str | None = None, command: str | None = None,
+                endpoints: bool = False) -> dict:
     """Every stage (module docstring), resumable; ``extend_to`` > 0 adds ``extend_runs`` after the methods (runs
     that did not reach on-policy's pass@1 continue up to that step); returns {"tables", "figures", "timings",
     "page"}."""
@@ -596,7 +598,7 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
         st["note"] = f"{len(tables)} tables, {len(figs)} PNGs"
     page = None
     if doc is not None:
-        page = write_page(out, b, doc=Path(doc), log=log, title=title, command=command)
+        page = write_page(out, b, doc=Path(doc), log=log, title=title, command=command, endpoints=endpoints)
     return {"tables": tables, "figures": figs, "timings": t, "page": page}
 
 
@@ -630,6 +632,10 @@ def main(argv: list[str] | None = None) -> int:
                         "seed) within the budget, scoring a checkpoint every curve_every steps, up to STEPS steps "
                         "(a copy of the run is resumed; the run and the budget's tables are unchanged)")
     p.add_argument("--title", default=None, help="the page's heading (a page of other rows than the premise's)")
+    p.add_argument("--endpoints", action="store_true",
+                   help="add the power study's endpoints, fixed before its runs (demo/endpoints.py: pass@1 at the "
+                        "budget, pass@K at matched pass@1, Thinking Seeds against the current-state restart; paired "
+                        f"by seed, Holm over the family); its rows: --methods {POWER_METHODS}")
     p.add_argument("--write-only", action="store_true", help="only rewrite the figures and the page from the tables")
     p.add_argument("--fresh", action="store_true", help="delete the output folder first")
     p.add_argument("--threads", type=int, default=None,
@@ -640,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     # the page's "Regenerate" line: the command itself where it chose rows, a page, a title or an extension
     rest = [a for a in argv if a not in ("--write-only", "--fresh")]
     command = ("python -m demo.premise " + shlex.join(rest)) if rest and (
-        args.methods or args.title or args.extend_to or args.seeds is not None) else None
+        args.methods or args.title or args.extend_to or args.endpoints or args.seeds is not None) else None
     if args.seeds is not None:
         if args.seeds < 1:
             p.error("--seeds must be >= 1")
@@ -659,12 +665,14 @@ def main(argv: list[str] | None = None) -> int:
             analyse(out, b, log=print)
             draw(out, log=print)
             if doc:
-                write_page(out, b, doc=Path(doc), log=print, title=args.title, command=command)
+                write_page(out, b, doc=Path(doc), log=print, title=args.title, command=command,
+                           endpoints=args.endpoints)
             return 0
         threads, why = (args.threads, "--threads") if args.threads else auto_threads()
         torch.set_num_threads(max(1, threads))
         print(f"torch threads: {threads} ({why})", flush=True)
-        run_premise(b, out, fresh=args.fresh, doc=doc, extend_to=args.extend_to, title=args.title, command=command)
+        run_premise(b, out, fresh=args.fresh, doc=doc, extend_to=args.extend_to, title=args.title, command=command,
+                    endpoints=args.endpoints)
         return 0
 
     # contracts.commands: DemoError one line, exit 2; other failures one line, exit 1; Ctrl-C 130, SIGTERM 143

@@ -26,6 +26,7 @@ from contracts.commands import pct, points
 from contracts.files import atomic_write_json, atomic_write_text
 from demo.common import MEASURED, PAGE_JSON, Log, code_commit, figure_dir, machine, relay_rows
 from demo.miniature import t975, t_interval
+from demo.endpoints import endpoint_table, render_endpoints
 from demo.page_numbers import Cited, Derived, Page, Source, Table, mark, warning
 from demo.premise_budget import (EXTENSION, METHODS, PREMISE, REDUCED, STAGES, TIMINGS, PremiseBudget, eval_name,
                                  method_list)
@@ -227,12 +228,13 @@ def collect_inputs(out: Path) -> Path:
     return tdir
 
 
-def page_record(out: Path, b: PremiseBudget, *, command: str, title: str | None) -> dict:
+def page_record(out: Path, b: PremiseBudget, *, command: str, title: str | None, endpoints: bool = False) -> dict:
     """``page.json``: what ``render_page`` needs beyond the tables. The machine and commit are those that measured
     the runs (``measured.json``, written before the analysis stage), else this process's (a run folder from before
     they were recorded); ``written`` is now."""
     measured = json.loads((out / MEASURED).read_text()) if (out / MEASURED).is_file() else {}
-    return {"command": command, "title": title, "budget": dataclasses.asdict(b),
+    return {"command": command, "title": title, **({"endpoints": True} if endpoints else {}),
+            "budget": dataclasses.asdict(b),
             "machine": measured.get("machine") or machine(threads=False),
             "commit": measured.get("commit") or code_commit(),
             "written": time.strftime("%Y-%m-%d %H:%M"), "out": "runs/premise" if _default_out(out) else str(out)}
@@ -434,6 +436,9 @@ def render_page(tdir: Path, b: PremiseBudget, *, record: dict, doc: Path | None 
     matched = pd.read_csv(tdir / "matched_pass1.csv") if (tdir / "matched_pass1.csv").is_file() else None
     if curve is not None and matched is not None and len(curve) and curve["step"].nunique() > 2:
         lines += render_along_training(curve, matched, methods, b, K, rel, extension=extension)
+    if record.get("endpoints") and matched is not None:   # the power study's fixed endpoints (issue #40 item 2)
+        lines += render_endpoints(endpoint_table(methods, matched, K), K,
+                                  {m: METHODS[m].paper for m in METHODS})
     total_w = sum(s.get("wall_s", 0) for s in stages.values())
     lines += ["## Cost", "", "| stage | wall s | CPU s | note |", "|---|---:|---:|---|"]
     for name, s in stages.items():
@@ -569,13 +574,13 @@ COMMITTED_PAGE = Path(__file__).resolve().parents[1] / "docs" / "premise.md"
 
 
 def write_page(out: Path, b: PremiseBudget, *, doc: Path, log: Log, command: str | None = None,
-               title: str | None = None) -> str:
+               title: str | None = None, endpoints: bool = False) -> str:
     """``doc`` from the cached tables; figures copied to the folder named after it (``figure_dir``); the grid
     block and the hand-written notes of an existing page are kept (a new page elsewhere takes them from the
     committed ``docs/premise.md``, so a page under ``runs/`` reads complete, its stale numbers marked)."""
     command = command or ("python -m demo --premise" + ("" if _default_out(out) else f" --out {out}"))
     tdir = collect_inputs(out)
-    record = page_record(out, b, command=command, title=title)
+    record = page_record(out, b, command=command, title=title, endpoints=endpoints)
     atomic_write_json(tdir / PAGE_JSON, record, indent=1)
     page = render_page(tdir, b, record=record, doc=doc)
     fig_dir = figure_dir(doc)

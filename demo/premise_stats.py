@@ -1,7 +1,7 @@
 """The premise regime's estimators, pure functions of eval rows and pass@k matrices (no files, no models):
 solution identity of a countdown response, per-problem pass@k of a model's eval rows, the crossover k with its
 bootstrap interval, the pass@k curves with intervals, distinct correct solutions per problem, a run's pass@k at a
-matched pass@1 or compute. The pass@k matrix and curve are ``contracts.passk``'s (``passk_matrix``,
+matched pass@1 or compute, and Holm's step-down over a family of comparisons. The pass@k matrix and curve are ``contracts.passk``'s (``passk_matrix``,
 ``passk_curve``); ``canonical_solution``, ``crossover_k`` and ``crossover_table`` are ``tsanalysis.core.support``'s
 (re-exported here), shared with ``tsanalysis support``."""
 
@@ -16,7 +16,7 @@ from contracts.passk import N_BOOT, passk_curve, passk_matrix
 from tsanalysis.core.support import canonical_solution, crossover_k, crossover_table
 
 __all__ = ["N_BOOT", "canonical_solution", "crossover_k", "crossover_table", "curve_table", "per_problem",
-           "distinct_correct", "at_first_reach"]
+           "distinct_correct", "at_first_reach", "holm"]
 
 
 def curve_table(per_problem: dict[str, np.ndarray], ks: Sequence[int], *, seed: int = 0) -> list[dict]:
@@ -62,3 +62,15 @@ def at_first_reach(steps: Sequence[float], x: Sequence[float], y: Sequence[float
     w = (target - x[i - 1]) / (x[i] - x[i - 1])   # x[i - 1] < target <= x[i]: 0 < w <= 1
     return {"reached": True, "step": float(steps[i - 1] + w * (steps[i] - steps[i - 1])), "x": float(target),
             "y": float(y[i - 1] + w * (y[i] - y[i - 1]))}
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979): sorted ascending, p_(i) * (m − i + 1), running maximum,
+    capped at 1."""
+    p = np.asarray(p, float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj
+    return out

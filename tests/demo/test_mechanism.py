@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from contracts.passk import paired_bootstrap, pass_at_k
-from demo.beyond import holm
+from demo.premise_stats import holm
 from demo.common import REPO, figure_dir
 from demo.mechanism import POINTS, cluster_test, lift_by_depth, main, point_row, render
 

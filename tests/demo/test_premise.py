@@ -569,6 +569,26 @@ def test_the_mechanism_grid_reads_a_premise_folder_and_its_page_recomputes(toy, 
     assert len(err) == 1 and "differs from point 3n's in numbers" in err[0]
 
 
+@pytest.mark.slow   # the toy regime
+def test_the_endpoints_section_renders_from_the_committed_tables(toy, tmp_path):
+    """``--endpoints`` (issue #40 item 2): the page carries the fixed endpoints, read from its own tables folder,
+    and the page.json record makes a re-render give the same page."""
+    from demo.endpoints import endpoint_table
+    from demo.premise_page import write_page
+    from tests.helpers.pages import generated_part, rerender
+
+    out, _, _, _ = toy
+    doc = tmp_path / "docs" / "power.md"
+    write_page(out, TOY, doc=doc, log=lambda m: None, endpoints=True)
+    page = doc.read_text()
+    assert "## Endpoints (fixed before the runs)" in page and "| E1 pass@1 at the budget |" in page
+    tdir = tmp_path / "docs" / "power" / "tables"
+    assert json.loads((tdir / "page.json").read_text())["endpoints"] is True
+    assert rerender(doc) == generated_part(page)
+    t = endpoint_table(pd.read_csv(tdir / "methods.csv"), pd.read_csv(tdir / "matched_pass1.csv"), TOY.eval_n)
+    assert len(t) == 10 and (t["method"] == "seeds_ratio").sum() == 3   # TOY has no FR3E-like row: NaN, said as –
+
+
 def test_support_section_reads_the_measured_counts():
     """The support rows and the sentence from a table of the counts `python -m demo` measured at k = 64 (warm-up ->
     final lost 50 and gained 2 of 200; final -> relay gained 39 and lost 5)."""
