@@ -51,6 +51,7 @@ from tsanalysis.tables import seeds_tables
 
 SEEDED = "seeds_entropy"   # its cuts span the response (the ratio rule cuts every source at one depth)
 N_BINS = 5                 # depth bins of the seed lift
+RELAY_CUT = 0.5            # demo.premise's relay: the early checkpoint writes this fraction of each response
 FITS_S = 900.0             # "fits the demo": warm-up + on-policy + relay + the seeded run's training, 2 threads
 DIFFICULTY = ("numbers", "max_number", "min_target", "max_target", "max_response_tokens")
 
@@ -68,7 +69,8 @@ GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "m
                 "pass1_diff", "pass1_low", "pass1_high", "passK_diff", "passK_low", "passK_high", "narrowed",
                 "early_passK", "relay_passK", "relay_early_diff", "relay_early_low", "relay_early_high",
                 "relay_early_p", "relay_final_diff", "relay_final_low", "relay_final_high", "relay_beyond_early",
-                "lift_bins", "lift_bins_holm", "seed_lift_at_depth", "wall_s", "fits", "meets_all"]
+                "lift_bins", "lift_bins_holm", "seed_lift_at_depth", "carry_at_relay_cut", "wall_s", "fits",
+                "meets_all"]
 
 
 def point_budget(name: str) -> PremiseBudget:
@@ -160,6 +162,8 @@ def point_row(name: str, per_problem: pd.DataFrame, relay: pd.DataFrame, lift: p
     sig = lift[(lift["p_holm"] < 0.05) & ((lift["low"] > 0) | (lift["high"] < 0))]
     row.update({"lift_bins": int((lift["p"] < 0.05).sum()), "lift_bins_holm": len(sig),
                 "seed_lift_at_depth": bool(len(sig)), "wall_s": float(wall_s), "fits": bool(wall_s <= FITS_S)})
+    mid = lift[(lift["depth_lo"] <= RELAY_CUT) & (RELAY_CUT < lift["depth_hi"])]   # the bin the relay cuts in
+    row["carry_at_relay_cut"] = float(mid["carry"].iloc[0]) if len(mid) else np.nan
     row["meets_all"] = bool(row["narrowed"] and row["relay_beyond_early"] and row["seed_lift_at_depth"]
                             and row["fits"])
     return row
@@ -278,8 +282,9 @@ def render(tdir: Path) -> str:
         "## Grid",
         "",
         f"| point | task | pass@1 % warm-up → final | pass@{K} % warm-up → final | narrowing | "
-        f"relay − early @{K} | relay − final @{K} | depth bins with lift (raw / Holm) | wall s | fits | all four |",
-        "|---|---|---|---|---|---|---|---|---:|---|---|",
+        f"relay − early @{K} | relay − final @{K} | depth bins with lift (raw / Holm) | carry at the relay's cut | "
+        "wall s | fits | all four |",
+        "|---|---|---|---|---|---|---|---|---:|---:|---|---|",
     ]
     for _, r in grid.iterrows():
         task = (f"{r['numbers']} numbers 1..{r['max_number']}, target {r['min_target']}..{r['max_target']}, "
@@ -291,8 +296,10 @@ def render(tdir: Path) -> str:
             f"{_yes(r['narrowed'])} | {_ci(r['relay_early_diff'], r['relay_early_low'], r['relay_early_high'])} | "
             f"{_ci(r['relay_final_diff'], r['relay_final_low'], r['relay_final_high'])} | "
             f"{int(r['lift_bins'])} / {int(r['lift_bins_holm'])} of {int((lift['point'] == r['point']).sum())} | "
-            f"{r['wall_s']:.0f} | {_yes(r['fits'])} | {_yes(r['meets_all'])} |")
-    lines += ["", "Intervals: 95 % paired percentile bootstrap over problems (2000 resamples), in points.", "",
+            f"{100 * r['carry_at_relay_cut']:.1f} | {r['wall_s']:.0f} | {_yes(r['fits'])} | {_yes(r['meets_all'])} |")
+    lines += ["", "Intervals: 95 % paired percentile bootstrap over problems (2000 resamples), in points. Carry at "
+              f"the relay's cut: the carry (below) of the seeds cut in the depth bin holding {RELAY_CUT:g}, where the "
+              "relay cuts; near 100 the final policy can only finish what the early one decided.", "",
               "## Seed lift and carry by cut depth", "",
               "Lift: a seed's continuation success minus its prompt's fresh-group success (points, 95 % interval with "
               "the prompt's seeds resampled together; p two-sided, Holm over the point's bins). Carry: continuation "

@@ -88,6 +88,9 @@ def test_point_row_reads_each_criterion_from_the_counts():
     assert row["relay_final_diff"] == pytest.approx(row["early_passK"] - row["final_passK"])
     assert row["lift_bins"] == 1 and row["lift_bins_holm"] == 1 and row["seed_lift_at_depth"]
     assert row["fits"] and not row["meets_all"]             # the relay adds nothing beyond early
+    assert np.isnan(row["carry_at_relay_cut"])               # no seed was cut near the relay's 0.5
+    half = _seeds().assign(seed_len=lambda d: d["seed_len"].where(d["seed_len"] == 1, 5))   # deep seeds at 0.5
+    assert point_row("4n", pp, relay, lift_by_depth(half), wall_s=600.0)["carry_at_relay_cut"] == 1.0
     # a relay that solves problems the early checkpoint does not: the fourth criterion holds, and all four
     better = np.where(np.arange(P) % 4 == 0, 0, warm)
     pp2, relay2 = _counts(warm, better, final, warm)
