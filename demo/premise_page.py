@@ -89,6 +89,28 @@ def _bonferroni(p: Page, method: str | None = None) -> list[float]:
 
 
 _BONFERRONI = "the methods' pass@K minus on-policy's per seed (the page's per-seed line), Bonferroni over its methods"
+_MATCHED = "vs on-policy at matched pass@1"
+
+
+def _matched_bonferroni(p: Page, method: str | None = None) -> list[float]:
+    """The Bonferroni-adjusted interval of a method's pass@K at matched pass@1 minus on-policy's, over the methods of
+    the *Along training* table that have one (mean ± t half-width there, widened by t_{1 − 0.05/(2m)} / t_{0.975});
+    ``method`` (its row label) None: [the per-comparison level %, m]."""
+    t = p.table("Along training")
+    rows = [r for r in t.rows if "±" in r[t.col(_MATCHED)]]
+    if method is None:
+        return [100 * (1 - 0.05 / len(rows)), len(rows)]
+    mean, hw = t.nums(method, _MATCHED)[:2]
+    n = int(t.nums(method, "seeds reaching")[0])
+    w = hw * simultaneous_t(n - 1, len(rows)) / t975(n - 1)
+    return [mean - w, mean + w]
+
+
+def _paired_seeds(p: Page, a: str, b: str) -> list[float]:
+    """Method a's pass@K minus method b's, paired by training seed (the page's per-seed line): mean, t half-width."""
+    seeds = _per_seed(p)
+    d = seeds[a] - seeds[b]
+    return [float(d.mean()), t975(len(d) - 1) * float(np.std(d, ddof=1)) / math.sqrt(len(d))]
 
 
 NOTES_SOURCES: tuple[Source, ...] = (
@@ -104,16 +126,30 @@ NOTES_SOURCES: tuple[Source, ...] = (
     Derived("the entropy rule's is [−3.5, +17.2]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_entropy")),
     Derived("LUFFY's [−7.5, +26.5]", _BONFERRONI, lambda p: _bonferroni(p, "luffy")),
     Derived("the ratio rule's [−11.3, +23.6]", _BONFERRONI, lambda p: _bonferroni(p, "seeds_ratio")),
-    Cited("+3.4 ± 14.6", "docs/exploration.md, table *Along training*, the ratio rule's \"vs on-policy at matched "
-          "pass@1\" (its runs continued to 100 steps, commit b544d47)"),
+    Cited("+5.7 ± 4.1 above on-policy's", "docs/exploration.md, table *Along training*, the ratio rule's \"vs "
+          "on-policy at matched pass@1\" (these runs continued to 100 steps, commit e695b67)"),
+    Cited("matched comparisons ([-5.5, +16.9])", "docs/exploration.md's notes: Bonferroni over its 7 matched "
+          "comparisons (demo.premise_page._matched_bonferroni on that page)"),
 )
 
 # docs/exploration.md (the premise regime with other rows): its notes' derived numbers
 EXPLORATION_SOURCES: tuple[Source, ...] = (
-    Derived("(Bonferroni, each interval at 99.44 %, t = 13.36 over 3 seeds)", _BONFERRONI, lambda p: _bonferroni(p)),
-    Derived("Clip-Cov's pass@64 difference is [-21.5, -2.1]", _BONFERRONI, lambda p: _bonferroni(p, "clip_cov")),
-    Derived("KL-Cov's, [-49.8, +23.8]", _BONFERRONI, lambda p: _bonferroni(p, "kl_cov")),
-    Derived("Bonferroni-adjusted [-9.4, +33.1]", _BONFERRONI, lambda p: _bonferroni(p, "passk")),
+    Derived("after Bonferroni ([+10.1, +14.6])", _BONFERRONI, lambda p: _bonferroni(p, "passk")),
+    Derived("Clip-Cov's [-31.6, +4.0]", _BONFERRONI, lambda p: _bonferroni(p, "clip_cov")),
+    Derived("KL-Cov's [-30.1, +9.5]", _BONFERRONI, lambda p: _bonferroni(p, "kl_cov")),
+    Derived("but not after Bonferroni ([-0.6, +3.9])", _BONFERRONI, lambda p: _bonferroni(p, "restart_fr3e")),
+    Derived("(each interval at 99.29 % over 7:", "the *Along training* table's methods with a matched difference",
+            lambda p: _matched_bonferroni(p)),
+    Derived("Clip-Cov [-26.1, -3.7]", "Bonferroni over the matched comparisons (_matched_bonferroni)",
+            lambda p: _matched_bonferroni(p, METHODS["clip_cov"].paper)),
+    Derived("KL-Cov [-29.3, -5.7]", "Bonferroni over the matched comparisons (_matched_bonferroni)",
+            lambda p: _matched_bonferroni(p, METHODS["kl_cov"].paper)),
+    Derived("over the 7 matched comparisons ([-5.5, +16.9])", "Bonferroni over the matched comparisons",
+            lambda p: [*_matched_bonferroni(p)[1:], *_matched_bonferroni(p, METHODS["seeds_ratio"].paper)]),
+    Derived("pass@64 +4.5 ± 6.9 at the budget", "the ratio rule's pass@K minus the FR3E-like restart's per seed "
+            "(the page's per-seed line), Student t", lambda p: _paired_seeds(p, "seeds_ratio", "restart_fr3e")),
+    Cited("+3.4 ± 14.6 (commit b544d47)", "this page as measured at commit b544d47, table *Along training*, the ratio "
+          "rule's \"vs on-policy at matched pass@1\" (git show b544d47:docs/exploration.md)"),
 )
 PAGE_SOURCES = {"premise.md": NOTES_SOURCES, "exploration.md": EXPLORATION_SOURCES}
 
@@ -421,7 +457,8 @@ def render_page(tdir: Path, b: PremiseBudget, *, record: dict, doc: Path | None 
             f"{_mean_t(d[f'pass@{K}'])} | {_mean_t(vs, signed=True) if vs else '–'} | "
             f"{_mean_t(d['distinct_correct'], scale=1.0, digits=2)} | "
             f"{', '.join(_kx(x) for x in d['crossover_k'])} | {f'{np.mean(walls):.0f}' if walls else ''} |")
-    lines += render_simultaneous(methods, b, K)
+    sim = render_simultaneous(methods, b, K)
+    lines += [""] + sim if sim else []   # a blank line ends the methods table before the paragraph
     cov = methods.dropna(subset=["cov_selected_share"]) if "cov_selected_share" in methods else methods.iloc[:0]
     if len(cov):
         lines += ["Tokens the covariance rule touched (share of each update's loss tokens, mean over updates and "
