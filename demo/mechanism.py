@@ -273,7 +273,9 @@ def render(tdir: Path) -> str:
         "3. **seed lift at some depth**: in some of the 5 depth bins of the cut, the seeds' continuations differ "
         "from their prompts' fresh groups with an interval excluding 0 and Holm-adjusted p < 0.05 over the bins "
         "(groups resampled);",
-        f"4. **fits**: warm-up, on-policy run, relay and the seeded run's training within {FITS_S:.0f} s on 2 cores.",
+        f"4. **fits**: the warm-up, the on-policy run, their scoring, the relay and the seeded run's training "
+        f"within {FITS_S:.0f} s on 2 cores (`python -m demo` runs this much and two more trainings in about ten "
+        "minutes).",
         "",
         f"Regenerate: `{rec['command']}` (resumable); `python -m demo.mechanism --write-only --doc docs/mechanism.md` "
         "renders this page from `mechanism/tables/`, where `tests/demo/test_mechanism.py` recomputes the grid's "
