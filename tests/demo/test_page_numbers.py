@@ -78,12 +78,12 @@ def test_a_hash_that_reads_as_a_float_is_no_crash():
 
 def test_a_number_from_no_table_is_reported_with_its_sentence():
     generated, notes, _, sources = _page("miniature")
-    old = _edit(notes, "per seed 0.8, 1.0 and 0.8 points down", "three seeds 0.3-1.3 points down")
+    old = _edit(notes, "gains 4.7-7.7 points over the warm-up", "gains 9.1-9.9 points over the warm-up")
     found = stale(generated, old, sources)
-    assert [f.mention.text for f in found] == ["0.3-1.3"]
-    assert "M2PO (−0.9 ± 0.2; three seeds 0.3-1.3 points down)" in found[0].sentence
+    assert [f.mention.text for f in found] == ["9.1-9.9"]
+    assert "every method gains 9.1-9.9 points over the warm-up's 27.8 %" in found[0].sentence
     # the derivation's phrase went with the edit: its entry is listed, so NOTES_SOURCES does not rot
-    assert [s.phrase for s in unused(old, sources)] == ["per seed 0.8, 1.0 and 0.8 points down"]
+    assert [s.phrase for s in unused(old, sources)] == ["gains 4.7-7.7 points over the warm-up"]
     added = notes + "\n- **New.** LUFFY gains 7.7 points.\n"
     assert [(f.mention.text, f.sentence) for f in stale(generated, added, sources)] == [
         ("7.7", "LUFFY gains 7.7 points.")]
@@ -91,11 +91,11 @@ def test_a_number_from_no_table_is_reported_with_its_sentence():
 
 def test_a_derivation_the_tables_no_longer_give_is_reported():
     generated, notes, _, sources = _page("miniature")
-    rerun = generated.replace("| 29.1, 29.1, 29.6 |", "| 29.1, 29.4, 29.6 |")   # M2PO's seed 1 moved
+    rerun = generated.replace("| 32.5 ± 5.9 |", "| 32.0 ± 5.9 |")   # M2PO's mean, the lowest RL row, moved
     assert rerun != generated
     found = stale(rerun, notes, sources)
-    assert [f.mention.text for f in found] == ["per seed 0.8, 1.0 and 0.8 points down"]
-    assert found[0].sentence.endswith("[on-policy's per-seed values − M2PO's, seed by seed: gives 0.8, 0.7, 0.8]")
+    assert [f.mention.text for f in found] == ["gains 4.7-7.7 points over the warm-up"]
+    assert found[0].sentence.endswith("[min and max over the RL rows of mean − the warm-up's: gives 4.2, 7.7]")
     # a table not run yet: the derivation cannot be computed, and says so instead of failing the write
     [f] = stale("| method | seeds |\n|---|---|\n", "## Reading the table\n\n(t = 4.3)\n", sources)
     assert f.mention.text == "(t = 4.3)" and "cannot be computed from these tables" in f.sentence
@@ -103,12 +103,12 @@ def test_a_derivation_the_tables_no_longer_give_is_reported():
 
 def test_a_half_width_must_come_from_the_same_cell():
     generated, _, heading, sources = _page("miniature")
-    # M2PO's mean difference with the entropy rule's half-width: both numbers are on the page, not together
-    assert [f.mention.text for f in stale(generated, f"{heading}\n\nM2PO is −0.9 ± 1.5.\n", ())] == ["−0.9 ± 1.5"]
-    assert not stale(generated, f"{heading}\n\nM2PO is −0.9 ± 0.2.\n", ())
-    # rounding to the precision the prose shows is allowed (82.4 % shown as 82 %), more precision is not
-    assert not stale(generated, f"{heading}\n\nthe warm-up scored 27 %.\n", ())
-    assert stale(generated, f"{heading}\n\nthe warm-up scored 26.60 %.\n", ())
+    # M2PO's mean difference with the `state` row's half-width: both numbers are on the page, not together
+    assert [f.mention.text for f in stale(generated, f"{heading}\n\nM2PO is −2.2 ± 2.0.\n", ())] == ["−2.2 ± 2.0"]
+    assert not stale(generated, f"{heading}\n\nM2PO is −2.2 ± 3.5.\n", ())
+    # rounding to the precision the prose shows is allowed (27.8 % shown as 28 %), more precision is not
+    assert not stale(generated, f"{heading}\n\nthe warm-up scored 28 %.\n", ())
+    assert stale(generated, f"{heading}\n\nthe warm-up scored 27.80 %.\n", ())
 
 
 def test_t_quantiles_have_no_normal_fallback():
@@ -126,12 +126,12 @@ def test_t_quantiles_have_no_normal_fallback():
 
 
 def test_numbers_cited_from_the_previous_page_are_on_it():
-    """The miniature notes quote the page at commit debe0dd ("was 29.3 ± 1.1"): each such number is on that page."""
-    cited = [s for s in miniature.NOTES_SOURCES if isinstance(s, Cited) and "at commit debe0dd" in s.source]
-    assert len(cited) >= 6
-    proc = subprocess.run(["git", "show", "debe0dd:docs/miniature.md"], cwd=REPO, capture_output=True, text=True)
+    """The miniature notes quote the page at commit 56ef472 ("was 30.1 ± 0.6"): each such number is on that page."""
+    cited = [s for s in miniature.NOTES_SOURCES if isinstance(s, Cited) and "at commit 56ef472" in s.source]
+    assert len(cited) >= 5
+    proc = subprocess.run(["git", "show", "56ef472:docs/miniature.md"], cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
-        pytest.skip(f"commit debe0dd is not in this checkout: {proc.stderr.strip()}")
+        pytest.skip(f"commit 56ef472 is not in this checkout: {proc.stderr.strip()}")
     old = proc.stdout
     for src in cited:
         assert not stale(old, f"## notes\n\n{src.phrase}\n", ()), src.phrase
@@ -139,14 +139,14 @@ def test_numbers_cited_from_the_previous_page_are_on_it():
 
 def test_mark_writes_one_visible_line_and_replaces_it():
     generated, notes, heading, sources = _page("miniature")
-    bad = _edit(notes, "gains 2.3-4.6 points", "gains 2.3-4.9 points")
+    bad = _edit(notes, "gains 4.7-7.7 points", "gains 4.7-7.9 points")
     page, found = mark(generated + bad, heading, sources)
     lines = [x for x in page.splitlines() if x.startswith(STALE_LINE)]
-    assert found and len(lines) == 1 and "2.3-4.9" in lines[0]
+    assert found and len(lines) == 1 and "4.7-7.9" in lines[0]
     assert page.split(heading + "\n\n", 1)[1].startswith(STALE_LINE)    # right under the heading
     again, _ = mark(page, heading, sources)
     assert again == page                                                  # a rewrite does not stack lines
-    fixed, none = mark(again.replace("gains 2.3-4.9 points", "gains\n  2.3-4.6 points"), heading, sources)
+    fixed, none = mark(again.replace("gains 4.7-7.9 points", "gains\n  4.7-7.7 points"), heading, sources)
     assert not none and STALE_LINE not in fixed and fixed == generated + notes
 
 
@@ -184,6 +184,6 @@ def test_the_generated_part_is_parsed():
     generated, *_ = _page("miniature")
     page = parse_page(generated)
     t = page.table("Held-out avg@n")
-    assert t.nums("M2PO", "per seed") == [29.1, 29.1, 29.6] and t.num("M2PO", "tokens") == 295775
+    assert t.nums("M2PO", "per seed") == [34.4, 29.8, 33.1] and t.num("M2PO", "tokens") == 295740
     assert len(t.rows) == 12 and [x.heading for x in page.tables][1].startswith("Code")
     assert not any("Measured before" in s for s in page.sentences)        # the hand-written banner is no source
