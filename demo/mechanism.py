@@ -53,18 +53,24 @@ SEEDED = "seeds_entropy"   # its cuts span the response (the ratio rule cuts eve
 N_BINS = 5                 # depth bins of the seed lift
 RELAY_CUT = 0.5            # demo.premise's relay: the early checkpoint writes this fraction of each response
 FITS_S = 900.0             # "fits the demo": warm-up + on-policy + relay + the seeded run's training, 2 threads
-DIFFICULTY = ("numbers", "max_number", "min_target", "max_target", "max_response_tokens")
+TASK = ("numbers", "max_number", "min_target", "max_target", "max_response_tokens")
+SETTINGS = (*TASK, "warmup_steps")   # the grid's columns of a point's budget
 
 # name -> (budget overrides, why the point): every other setting is the premise budget's (demo.premise_budget)
 POINTS: dict[str, tuple[dict, str]] = {
     "3n": ({}, "today's premise regime: 2 steps and the final expression, a cut at half leaves about one step"),
-    "4n": ({"numbers": 4, "max_number": 10, "min_target": 1, "max_target": 50, "max_response_tokens": 56},
+    # 4 numbers: the premise's 400 warm-up steps leave the 1M policy at 0.3 % pass@1 (loss 0.30; measured while
+    # sizing this point), so these points warm up three times as long
+    "4n": ({"numbers": 4, "max_number": 10, "min_target": 1, "max_target": 50, "max_response_tokens": 56,
+            "warmup_steps": 1200},
            "3 steps: a cut at half leaves 1-2 steps and the final expression, more ways to go wrong after it"),
-    "4n-wide": ({"numbers": 4, "max_number": 20, "min_target": 10, "max_target": 100, "max_response_tokens": 64},
+    "4n-wide": ({"numbers": 4, "max_number": 20, "min_target": 10, "max_target": 100, "max_response_tokens": 64,
+                 "warmup_steps": 1200},
                 "larger numbers and targets: more first steps lead nowhere (dead ends after the cut)"),
 }
 
-GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "max_response_tokens", "K",
+GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "max_response_tokens", "warmup_steps",
+                "K",
                 "warmup_pass1", "final_pass1", "warmup_passK", "final_passK",
                 "pass1_diff", "pass1_low", "pass1_high", "passK_diff", "passK_low", "passK_high", "narrowed",
                 "early_passK", "relay_passK", "relay_early_diff", "relay_early_low", "relay_early_high",
@@ -87,7 +93,7 @@ def check_premise_folder(d: Path, name: str) -> None:
     if not f.is_file():
         raise DemoError(f"--premise {d}: no {MARKER} (not a demo.premise output folder)")
     got, want = json.loads(f.read_text()), asdict(point_budget(name))
-    diff = [k for k in DIFFICULTY if got.get(k) != want[k]]
+    diff = [k for k in TASK if got.get(k) != want[k]]
     if diff:
         raise DemoError(f"--premise {d}: its task differs from point {name}'s in {', '.join(diff)}")
     for need in (d / "tables" / "per_problem.csv", d / "tables" / "relay_problems.csv",
@@ -137,14 +143,16 @@ def passk_of(counts: pd.DataFrame, col: str, k: int) -> np.ndarray:
     return pass_at_k(counts["n"].to_numpy(), counts[col].to_numpy(), k)
 
 
-def point_row(name: str, per_problem: pd.DataFrame, relay: pd.DataFrame, lift: pd.DataFrame, wall_s: float) -> dict:
+def point_row(name: str, per_problem: pd.DataFrame, relay: pd.DataFrame, lift: pd.DataFrame, wall_s: float,
+              settings: dict | None = None) -> dict:
     """The grid's row of one point from its per-problem counts (models warmup / early / final), the relay's
-    per-problem counts and its lift-by-depth table: every criterion of the module docstring."""
-    b = point_budget(name)
+    per-problem counts and its lift-by-depth table: every criterion of the module docstring. ``settings``: the
+    budget the folder was run with (its ``premise.json``; default the point's)."""
+    b = settings or asdict(point_budget(name))
     K = int(per_problem["n"].min())
     by = {m: d.sort_values("problem_id").reset_index(drop=True) for m, d in per_problem.groupby("model")}
     assert all((by[m]["problem_id"].to_numpy() == by["warmup"]["problem_id"].to_numpy()).all() for m in by)
-    row: dict = {"point": name, **{k: getattr(b, k) for k in DIFFICULTY}, "K": K}
+    row: dict = {"point": name, **{k: b[k] for k in SETTINGS}, "K": K}
     for k, tag in ((1, "1"), (K, "K")):
         w, f = passk_of(by["warmup"], "correct", k), passk_of(by["final"], "correct", k)
         p = paired_bootstrap(f, w, n_boot=N_BOOT)
@@ -178,9 +186,9 @@ def point_wall(d: Path) -> float:
     return wall + timings.get(eval_name(SEEDED, 0), {}).get("wall_s", float("nan"))
 
 
-def read_point(name: str, d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, float]:
-    """(per-problem counts of warmup / early / final, the relay's counts, lift by depth, wall seconds) of a
-    finished point folder (or a demo.premise folder of the point's task)."""
+def read_point(name: str, d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, float, dict]:
+    """(per-problem counts of warmup / early / final, the relay's counts, lift by depth, wall seconds, the budget it
+    ran with) of a finished point folder (or a demo.premise folder of the point's task)."""
     t = d / "tables"
     pp = pd.read_csv(t / "per_problem.csv", dtype={"problem_id": str})
     pp = pp[pp["model"].isin(["warmup", "early", eval_name("onpolicy", 0)])].replace(
@@ -191,7 +199,7 @@ def read_point(name: str, d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
         seeds = seeds_tables(d / "runs" / eval_name(SEEDED, 0), n_boot=10)["seeds"]
     except RecordsError as e:
         raise DemoError(f"point {name}: the seeded run's records give no lift ({e})") from None
-    return pp.reset_index(drop=True), relay, lift_by_depth(seeds), point_wall(d)
+    return pp.reset_index(drop=True), relay, lift_by_depth(seeds), point_wall(d), json.loads((d / MARKER).read_text())
 
 
 def run_point(name: str, out: Path, *, log=print) -> Path:
@@ -206,8 +214,8 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str) -> dict[str, p
     per_problem.csv, relay_problems.csv, page.json)."""
     grid, lifts, pps, relays, measured = [], [], [], [], {}
     for name, d in points.items():
-        pp, relay, lift, wall = read_point(name, d)
-        grid.append(point_row(name, pp, relay, lift, wall))
+        pp, relay, lift, wall, settings = read_point(name, d)
+        grid.append(point_row(name, pp, relay, lift, wall, settings))
         lifts.append(lift.assign(point=name))
         pps.append(pp.assign(point=name))
         relays.append(relay.assign(point=name))
@@ -290,7 +298,7 @@ def render(tdir: Path) -> str:
     ]
     for _, r in grid.iterrows():
         task = (f"{r['numbers']} numbers 1..{r['max_number']}, target {r['min_target']}..{r['max_target']}, "
-                f"≤ {r['max_response_tokens']} tokens")
+                f"≤ {r['max_response_tokens']} tokens, warm-up {r['warmup_steps']} steps")
         lines.append(
             f"| {r['point']} | {task} | {_pct(r['warmup_pass1'])} → {_pct(r['final_pass1'])} "
             f"({_ci(r['pass1_diff'], r['pass1_low'], r['pass1_high'])}) | {_pct(r['warmup_passK'])} → "
@@ -389,8 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             print(write_page(doc, tdir))
         else:
             for n, d in folders.items():
-                pp, relay, lift, wall = read_point(n, d)
-                print(json.dumps(point_row(n, pp, relay, lift, wall), default=str))
+                print(json.dumps(point_row(n, *read_point(n, d)), default=str))
         return 0
 
     resume = f"finished points are kept in {out}/ and the same command resumes after them"

@@ -3,6 +3,8 @@ whose answers are known, its one-line refusals, and the committed page against t
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from contracts.passk import paired_bootstrap, pass_at_k
 from demo.premise_stats import holm
 from demo.common import REPO, figure_dir
-from demo.mechanism import POINTS, cluster_test, lift_by_depth, main, point_row, render
+from demo.mechanism import POINTS, cluster_test, lift_by_depth, main, point_budget, point_row, render
 
 DOC = REPO / "docs" / "mechanism.md"
 TABLES = figure_dir(DOC) / "tables"
@@ -140,7 +142,8 @@ def test_the_committed_page_is_what_its_tables_render_and_their_numbers_recomput
         lt = lift[lift["point"] == name].drop(columns="point")
         assert np.allclose(holm(lt["p"].to_numpy()), lt["p_holm"].to_numpy())
         row = point_row(name, pp[pp["point"] == name].drop(columns="point"),
-                        relay[relay["point"] == name].drop(columns="point"), lt, g["wall_s"])
+                        relay[relay["point"] == name].drop(columns="point"), lt, g["wall_s"],
+                        {**asdict(point_budget(name)), "warmup_steps": int(g["warmup_steps"])})
         for k, v in row.items():
             if isinstance(v, (bool, np.bool_)):
                 assert bool(g[k]) == v, (name, k)

@@ -546,8 +546,9 @@ def test_the_mechanism_grid_reads_a_premise_folder_and_its_page_recomputes(toy, 
     assert {p.name for p in tdir.iterdir()} == {"grid.csv", "lift_by_depth.csv", "per_problem.csv",
                                                 "relay_problems.csv", "page.json"}
     grid = pd.read_csv(tdir / "grid.csv").iloc[0]
-    pp, relay, lift, wall = read_point("3n", out)
-    want = point_row("3n", pp, relay, lift, wall)
+    pp, relay, lift, wall, settings = read_point("3n", out)
+    want = point_row("3n", pp, relay, lift, wall, settings)
+    assert want["warmup_steps"] == TOY.warmup_steps   # the folder's budget, not the point's
     assert grid["K"] == TOY.eval_n and want["K"] == TOY.eval_n
     for k in ("final_pass1", "warmup_passK", "relay_early_diff", "relay_early_low", "relay_final_diff", "wall_s"):
         assert grid[k] == pytest.approx(want[k]), k
