@@ -209,7 +209,8 @@ def run_point(name: str, out: Path, *, log=print) -> Path:
 
 
 # --- tables and page ----------------------------------------------------------------------------------------
-def collect(points: dict[str, Path], tdir: Path, *, command: str) -> dict[str, pd.DataFrame]:
+def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: frozenset = frozenset()
+            ) -> dict[str, pd.DataFrame]:
     """The page's tables from the points' folders, written to ``tdir`` (grid.csv, lift_by_depth.csv,
     per_problem.csv, relay_problems.csv, page.json)."""
     grid, lifts, pps, relays, measured = [], [], [], [], {}
@@ -221,7 +222,8 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str) -> dict[str, p
         relays.append(relay.assign(point=name))
         m = json.loads((d / MEASURED).read_text()) if (d / MEASURED).is_file() else {}
         measured[name] = {"machine": m.get("machine") or machine(threads=False),
-                          "commit": m.get("commit") or code_commit()}
+                          "commit": m.get("commit") or code_commit(),
+                          "from": "demo.premise" if name in from_premise else "demo.mechanism"}
     tables = {"grid": pd.DataFrame(grid, columns=GRID_COLUMNS),
               "lift_by_depth": _first(pd.concat(lifts, ignore_index=True), "point"),
               "per_problem": _first(pd.concat(pps, ignore_index=True), "point"),
@@ -296,7 +298,9 @@ def render(tdir: Path) -> str:
         "wall s | fits | all four |",
         "|---|---|---|---|---|---|---|---|---:|---:|---|---|",
     ]
+    premise = {p for p, m in rec["measured"].items() if m.get("from") == "demo.premise"}
     for _, r in grid.iterrows():
+        mark = " †" if r["point"] in premise else ""
         task = (f"{r['numbers']} numbers 1..{r['max_number']}, target {r['min_target']}..{r['max_target']}, "
                 f"≤ {r['max_response_tokens']} tokens, warm-up {r['warmup_steps']} steps")
         lines.append(
@@ -306,10 +310,17 @@ def render(tdir: Path) -> str:
             f"{_yes(r['narrowed'])} | {_ci(r['relay_early_diff'], r['relay_early_low'], r['relay_early_high'])} | "
             f"{_ci(r['relay_final_diff'], r['relay_final_low'], r['relay_final_high'])} | "
             f"{int(r['lift_bins'])} / {int(r['lift_bins_holm'])} of {int((lift['point'] == r['point']).sum())} | "
-            f"{100 * r['carry_at_relay_cut']:.1f} | {r['wall_s']:.0f} | {_yes(r['fits'])} | {_yes(r['meets_all'])} |")
+            f"{100 * r['carry_at_relay_cut']:.1f} | {r['wall_s']:.0f}{mark} | {_yes(r['fits'])}{mark} | "
+            f"{_yes(r['meets_all'])} |")
     lines += ["", "Intervals: 95 % paired percentile bootstrap over problems (2000 resamples), in points. Carry at "
               f"the relay's cut: the carry (below) of the seeds cut in the depth bin holding {RELAY_CUT:g}, where the "
-              "relay cuts; near 100 the final policy can only finish what the early one decided.", "",
+              "relay cuts; near 100 the final policy can only finish what the early one decided."]
+    if premise:
+        lines[-1] += (" † Read from a `demo.premise` folder (`--premise`): its wall seconds are that folder's "
+                      "stages (with the curve checkpoints it scores and whatever else shared its cores), so they do "
+                      "not measure the cost criterion; `python -m demo` runs this task's warm-up, on-policy run, "
+                      "relay and two seeded runs in about ten to fifteen minutes (docs/performance.md).")
+    lines += ["",
               "## Seed lift and carry by cut depth", "",
               "Lift: a seed's continuation success minus its prompt's fresh-group success (points, 95 % interval with "
               "the prompt's seeds resampled together; p two-sided, Holm over the point's bins). Carry: continuation "
@@ -389,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             tdir = figure_dir(doc) / "tables"
             tmp = tdir.with_name(tdir.name + ".partial")   # the committed tables stay until the new ones are whole
             shutil.rmtree(tmp, ignore_errors=True)
-            collect(folders, tmp, command="python -m demo.mechanism " + shlex.join(argv))
+            collect(folders, tmp, command="python -m demo.mechanism " + shlex.join(argv),
+                    from_premise=frozenset(n for n in names if n == "3n" and args.premise))
             render(tmp)
             if tdir.is_dir():
                 shutil.rmtree(tdir)
