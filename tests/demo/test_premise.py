@@ -557,6 +557,7 @@ def test_the_mechanism_grid_reads_a_premise_folder_and_its_page_recomputes(toy, 
     assert lift["seeds"].sum() > 0 and set(pd.read_csv(tdir / "lift_by_depth.csv")["point"]) == {"3n"}
     page = doc.read_text()
     assert page == render(tdir) and "| 3n | 3 numbers 1..10, target 1..30" in page
+    assert f"| {grid['wall_s']:.0f} † |" in page and "† Read from a `demo.premise` folder" in page
     doc.write_text(page + "\n## Reading the grid\n\nhand-written\n")
     assert main(["--write-only", "--doc", str(doc)]) == 0
     assert doc.read_text().endswith("## Reading the grid\n\nhand-written\n")
