@@ -568,6 +568,7 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
     "page"}."""
     out = Path(out)
     prepare_out(out, b, fresh=fresh, log=log)
+    work_before = _work_done(out)
     t = _Stages(out)
     with t.stage("data + warm-up", log) as st:
         data = make_data(out, b, log=log)
@@ -590,8 +591,10 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
             ext = extend_runs(out, b, data=data, extend_to=extend_to, log=log)
             st["note"] = (f"{len(ext['runs'])} runs continued past step {b.total_steps} (at most to {extend_to}), "
                           f"each new checkpoint scored")
-    # the machine and code that measured this folder, for the page (demo.premise_page.page_record)
-    atomic_write_json(out / MEASURED, {"machine": machine(threads=False), "commit": code_commit()}, indent=1)
+    # the machine and code that measured this folder, for the page (demo.premise_page.page_record); a resume that
+    # trained nothing keeps the record of the invocation that did
+    if not (out / MEASURED).is_file() or _work_done(out) != work_before:
+        atomic_write_json(out / MEASURED, {"machine": machine(threads=False), "commit": code_commit()}, indent=1)
     with t.stage("analysis + figures", log) as st:
         tables = analyse(out, b, log=log)
         figs = draw(out, log=log)
@@ -600,6 +603,13 @@ def run_premise(b: PremiseBudget, out: str | os.PathLike, *, fresh: bool = False
     if doc is not None:
         page = write_page(out, b, doc=Path(doc), log=log, title=title, command=command, endpoints=endpoints)
     return {"tables": tables, "figures": figs, "timings": t, "page": page}
+
+
+def _work_done(out: Path) -> tuple[bytes, ...]:
+    """What the folder records of its training (the warm-up's summary, each run's timing, the extension): a change
+    means this invocation trained something."""
+    files = (Path("warmup") / "warmup_summary.json", Path(TIMINGS), Path(EXTENSION))
+    return tuple((out / f).read_bytes() if (out / f).is_file() else b"" for f in files)
 
 
 def _add_stage(out: Path, name: str, entry: dict) -> None:

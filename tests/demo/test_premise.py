@@ -263,9 +263,14 @@ def test_toy_rerun_skips_finished_work_and_refuses_another_budget(toy):
     out, doc, _, _ = toy
     run_file = out / "runs" / "onpolicy-seed0" / "metrics.jsonl"
     eval_file = out / "eval" / "onpolicy-seed0" / "countdown.jsonl"
+    measured = out / "measured.json"
     before = (run_file.stat().st_mtime_ns, eval_file.read_text())
+    record = measured.read_text()
+    measured.write_text(record.replace('"commit": ', '"commit": "the-first-run", "was": '))   # as another commit
     logs: list[str] = []
     run_premise(TOY, out, doc=doc, log=logs.append)
+    assert '"the-first-run"' in measured.read_text()   # nothing trained: the record of the run that did is kept
+    measured.write_text(record)
     skipped = {m.split(":")[0] for m in logs if "finished run exists, skipped" in m}
     assert skipped == {"onpolicy-seed0", "seeds_ratio-seed0", "seeds_entropy-seed0", "luffy-seed0"}
     assert not any(": done in " in m for m in logs)                              # nothing was trained again
