@@ -12,7 +12,9 @@ import pytest
 from contracts.passk import paired_bootstrap, pass_at_k
 from demo.premise_stats import holm
 from demo.common import REPO, figure_dir
-from demo.mechanism import POINTS, cluster_test, lift_by_depth, main, point_budget, point_row, render
+from demo.mechanism import (NOTES_HEADING, NOTES_SOURCES, POINTS, cluster_test, lift_by_depth, main, point_budget,
+                            point_row, render)
+from demo.page_numbers import split, stale, unused
 
 DOC = REPO / "docs" / "mechanism.md"
 TABLES = figure_dir(DOC) / "tables"
@@ -133,6 +135,9 @@ def test_the_committed_page_is_what_its_tables_render_and_their_numbers_recomput
         pytest.skip("docs/mechanism.md has no committed tables yet")
     page = DOC.read_text()
     assert page.startswith(render(TABLES).rstrip("\n"))
+    generated, notes = split(page, NOTES_HEADING)
+    assert notes.startswith(NOTES_HEADING) and not stale(generated, notes, NOTES_SOURCES)   # every number accounted
+    assert not unused(notes, NOTES_SOURCES)
     grid = pd.read_csv(TABLES / "grid.csv")
     lift = pd.read_csv(TABLES / "lift_by_depth.csv")
     pp = pd.read_csv(TABLES / "per_problem.csv", dtype={"problem_id": str})
