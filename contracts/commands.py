@@ -122,10 +122,21 @@ def stopped_line(interrupted: bool, resume: str) -> str:
     return f"\ninterrupted (Ctrl-C): {resume}" if interrupted else f"stopped (SIGTERM): {resume}"
 
 
+_SIGINT_SEEN: list[bool] = []   # a Ctrl-C arrived inside ``sigterm_raises`` (cleared on entry)
+
+
+def sigint_arrived() -> bool:
+    """Whether a Ctrl-C arrived while the command ran: a failure after it is the interrupt's doing, even when a
+    library turned the KeyboardInterrupt into an error of its own that no longer carries it (torch's checkpoint
+    writer, stopped mid-file, raises ``unexpected pos``, which reads like a full disk)."""
+    return bool(_SIGINT_SEEN)
+
+
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
     """While inside, SIGTERM raises ``Terminated`` in the main thread (elsewhere: nothing changes), so the
-    command's ``finally`` blocks run (engines and process pools close) and it exits 143 with its line."""
+    command's ``finally`` blocks run (engines and process pools close) and it exits 143 with its line. Ctrl-C
+    raises KeyboardInterrupt as Python's default handler does, and is recorded (``sigint_arrived``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -133,11 +144,20 @@ def sigterm_raises() -> Iterator[None]:
     def _raise(signum, frame):
         raise Terminated()
 
+    def _interrupt(signum, frame):
+        _SIGINT_SEEN.append(True)
+        raise KeyboardInterrupt
+
+    _SIGINT_SEEN.clear()
     previous = signal.signal(signal.SIGTERM, _raise)
+    keep_int = signal.getsignal(signal.SIGINT) is not signal.default_int_handler   # someone else's handler stays
+    previous_int = None if keep_int else signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def run_command(body: Callable[[], int | None], *, input_errors: tuple[type[BaseException], ...] = (),
@@ -173,6 +193,9 @@ def run_command(body: Callable[[], int | None], *, input_errors: tuple[type[Base
         _say(msg if msg.startswith("error:") else f"error: {msg}")
         return EXIT_USAGE
     except Exception as exc:   # a failure inside the run: one line (the traceback on request)
+        if sigint_arrived():   # a Ctrl-C that a library turned into its own error on the way out
+            _say(stopped_line(True, _resume()))
+            return EXIT_INTERRUPTED
         if debug():
             traceback.print_exc()
         try:

@@ -71,7 +71,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from contracts.commands import (EXIT_CODES_HELP, EXIT_FAILURE, EXIT_USAGE, Terminated, debug, failure_line,
-                               sigterm_raises, stopped_line)
+                               sigint_arrived, sigterm_raises, stopped_line)
 from contracts.config import field_help, to_dict
 from contracts.files import append_jsonl
 from contracts.locks import LockHeld
@@ -417,7 +417,7 @@ def launch(argv: list[str] | None = None) -> int:
             print(f"{exc}, resume point saved: {resume_hint(cfg.run_dir)}", file=sys.stderr)
         return PREEMPTED_EXIT
     except Exception as exc:   # a failure inside the run: one line per rank (the traceback on request)
-        if _interrupted(exc):   # a Ctrl-C that a library turned into its own error on the way out
+        if _interrupted(exc) or sigint_arrived():   # a Ctrl-C that a library turned into its own error on the way out
             if d.is_main:
                 print(stopped_line(True, resume_hint(cfg.run_dir)), file=sys.stderr)
             return INTERRUPTED_EXIT
