@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
+from contracts.commands import points
 from demo.premise_stats import holm
 
 POWER_METHODS = "onpolicy,seeds_ratio,seeds_state,restart_fr3e,luffy"
@@ -122,7 +123,7 @@ def render_endpoints(table: pd.DataFrame, K: int, paper: dict[str, str]) -> list
     """The page's endpoints section: what was fixed before the runs, then every comparison with its uncorrected
     and Holm-corrected interval (points) and p-values."""
     def pts(x: float) -> str:
-        return "–" if math.isnan(x) else f"{100 * x:+.1f}"
+        return points(x, missing="–")
 
     titles = {e.key: e.title.replace("pass@K", f"pass@{K}") for e in endpoints()}
     m = int(table["p"].notna().sum())

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from contracts.commands import EXIT_CODES_HELP, run_command
+from contracts.commands import EXIT_CODES_HELP, pct, points, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import paired_bootstrap, pass_at_k
 from demo.premise_stats import holm
@@ -248,11 +248,11 @@ def _first(df: pd.DataFrame, col: str) -> pd.DataFrame:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+    return pct(x, unit="")
 
 
 def _ci(d: float, lo: float, hi: float) -> str:
-    return f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return f"{points(d)} [{points(lo)}, {points(hi)}]"
 
 
 def _yes(x) -> str:
