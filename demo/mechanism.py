@@ -47,6 +47,7 @@ from demo.page_numbers import Cited, Source, mark, warning
 from demo.premise import run_premise
 from demo.premise_budget import MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name
 from demo.premise_stats import N_BOOT
+from tsanalysis.core.seed_lift import cluster_bootstrap
 from tsanalysis.io import RecordsError
 from tsanalysis.tables import seeds_tables
 
@@ -104,30 +105,16 @@ def check_premise_folder(d: Path, name: str) -> None:
 
 
 # --- statistics ---------------------------------------------------------------------------------------------
-def cluster_test(values: np.ndarray, clusters: np.ndarray, *, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """Mean of ``values`` with a 95 % percentile interval and a two-sided bootstrap p-value (the share of resamples
-    on the other side of 0, doubled), resampling whole clusters (a prompt's seeds move together)."""
-    _, inv = np.unique(clusters, return_inverse=True)
-    sums = np.bincount(inv, weights=values)
-    counts = np.bincount(inv).astype(np.float64)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(sums), size=(n_boot, len(sums)))
-    boots = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
-    lo, hi = np.quantile(boots, [0.025, 0.975])
-    p = 2 * min(np.mean(boots <= 0), np.mean(boots >= 0))
-    return {"lift": float(sums.sum() / counts.sum()), "low": float(lo), "high": float(hi), "p": float(min(1.0, p))}
-
-
 def lift_by_depth(seeds: pd.DataFrame, *, n_bins: int = N_BINS, n_boot: int = N_BOOT) -> pd.DataFrame:
     """Per depth bin of ``seeds`` (``tsanalysis.tables.seeds_tables``' per-seed table): the lift with interval and
-    p-value (``cluster_test``), Holm's adjusted p over the bins, and the carry (continuation success after a
-    correct source minus after a wrong one)."""
+    p-value (``tsanalysis.core.seed_lift.cluster_bootstrap``), Holm's adjusted p over the bins, and the carry
+    (continuation success after a correct source minus after a wrong one)."""
     d = seeds[seeds["lift"].notna()].copy()
     d["depth_bin"] = np.minimum((n_bins * d["seed_len"].to_numpy()) // np.maximum(d["source_len"].to_numpy(), 1),
                                 n_bins - 1)
     rows = []
     for b, g in d.groupby("depth_bin", sort=True):
-        t = cluster_test(g["lift"].to_numpy(float), g["group"].to_numpy(), n_boot=n_boot)
+        t = cluster_bootstrap(g["lift"].to_numpy(float), g["group"].to_numpy(), n_boot=n_boot)
         right, wrong = g[g["source_correct"] == 1.0], g[g["source_correct"] == 0.0]
         rows.append({"depth_bin": int(b), "depth_lo": b / n_bins, "depth_hi": (b + 1) / n_bins, "seeds": len(g),
                      "groups": int(g["group"].nunique()), **t,

@@ -12,7 +12,7 @@ import pytest
 from contracts.passk import paired_bootstrap, pass_at_k
 from demo.premise_stats import holm
 from demo.common import REPO, figure_dir
-from demo.mechanism import (NOTES_HEADING, NOTES_SOURCES, POINTS, cluster_test, lift_by_depth, main, point_budget,
+from demo.mechanism import (NOTES_HEADING, NOTES_SOURCES, POINTS, lift_by_depth, main, point_budget,
                             point_row, render)
 from demo.page_numbers import split, stale, unused
 
@@ -46,21 +46,6 @@ def test_lift_by_depth_finds_the_lift_where_the_continuation_decides_and_the_car
     assert t.loc[4, "carry"] == 1.0 and t.loc[4, "value_after_right"] == 1.0 and t.loc[4, "value_after_wrong"] == 0.0
     assert t.loc[0, "carry"] == pytest.approx(t.loc[0, "value_after_right"] - t.loc[0, "value_after_wrong"])
     assert abs(t.loc[0, "carry"]) < 0.3   # shallow cuts: the source's verdict hardly moves the continuation's
-
-
-def test_cluster_test_resamples_whole_groups_and_its_p_value_can_fail():
-    rng = np.random.default_rng(1)
-    noise = rng.normal(0.0, 1.0, 400)
-    noise -= noise.mean()                                   # centred: the mean is 0 to rounding
-    groups = np.repeat(np.arange(40), 10)
-    flat = cluster_test(noise, groups)
-    assert flat["low"] < 0 < flat["high"] and flat["p"] > 0.5 and flat["lift"] == pytest.approx(0.0, abs=1e-12)
-    # the same values, each group sharing one shift: a cluster interval is wider than the seeds-as-independent one
-    shifted = noise + np.repeat(rng.normal(0.0, 2.0, 40), 10)
-    clustered = cluster_test(shifted, groups)
-    alone = cluster_test(shifted, np.arange(400))
-    assert clustered["high"] - clustered["low"] > 1.8 * (alone["high"] - alone["low"])
-    assert cluster_test(noise + 1.0, groups)["p"] == 0.0
 
 
 def test_holm_is_the_step_down_rule():

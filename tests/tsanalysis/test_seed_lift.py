@@ -356,3 +356,18 @@ def test_tsanalysis_seeds_by_source(tmp_path, capsys):
     (run / "config.yaml").write_text("seed_refresh_interval: 4\n")
     assert tsanalysis_main(["seeds", str(run), "--by", "source", "--out", str(tmp_path / "o2")]) == 0
     assert pd.read_parquet(tmp_path / "o2" / "by_source_age.parquet")["source_age"].tolist() == [0]
+
+
+def test_cluster_bootstrap_resamples_whole_groups_and_its_p_value_can_fail():
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0.0, 1.0, 400)
+    noise -= noise.mean()                                   # centred: the mean is 0 to rounding
+    groups = np.repeat(np.arange(40), 10)
+    flat = SL.cluster_bootstrap(noise, groups)
+    assert flat["low"] < 0 < flat["high"] and flat["p"] > 0.5 and flat["lift"] == pytest.approx(0.0, abs=1e-12)
+    # the same values, each group sharing one shift: a cluster interval is wider than the seeds-as-independent one
+    shifted = noise + np.repeat(rng.normal(0.0, 2.0, 40), 10)
+    clustered = SL.cluster_bootstrap(shifted, groups)
+    alone = SL.cluster_bootstrap(shifted, np.arange(400))
+    assert clustered["high"] - clustered["low"] > 1.8 * (alone["high"] - alone["low"])
+    assert SL.cluster_bootstrap(noise + 1.0, groups)["p"] == 0.0

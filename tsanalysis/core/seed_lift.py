@@ -14,7 +14,7 @@ and one seed's lift y_i - V_fresh(q). Here the seeds are binned by
 - token type at the cut: ``tsanalysis.core.truncation.categorize_token`` of trunc_token_text, per rule;
 - the source's own verdict (a seed cut from a correct vs a wrong response).
 
-Intervals are percentile bootstraps (``contracts.passk.bootstrap_ci``, fixed seed) over the seeded groups
+Intervals are percentile bootstraps (``cluster_bootstrap``, fixed seed) over the seeded groups
 (step, prompt) of a bin, not over seeds: the G seeds of one prompt share its V_fresh and are not independent.
 
 Zero advantage (paper Lemma 4). Observed: the share of seeded groups, and of their fresh groups, whose graded
@@ -100,13 +100,19 @@ def lift_by_source(seeds: pd.DataFrame, *, refresh_interval: int, n_boot: int = 
     return out
 
 
-def _cluster_mean_ci(values: np.ndarray, clusters: np.ndarray, *, n_boot: int, seed: int) -> tuple[float, float, float]:
-    """Mean of ``values`` with a bootstrap interval resampling whole clusters (sum / count per cluster)."""
+def cluster_bootstrap(values: np.ndarray, clusters: np.ndarray, *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Mean of ``values`` with a 95 % percentile interval and a two-sided bootstrap p-value (the share of resamples
+    on the other side of 0, doubled), resampling whole clusters (a prompt's seeds move together): each resample is
+    sum / count over the clusters drawn. Returns ``{"lift", "low", "high", "p"}``."""
     _, inv = np.unique(clusters, return_inverse=True)
     sums = np.bincount(inv, weights=values)
     counts = np.bincount(inv).astype(np.float64)
-    per = np.stack([sums, counts], axis=1)   # [clusters, 2]
-    return bootstrap_ci(per, stat=lambda v: v[:, 0].sum() / v[:, 1].sum(), n_boot=n_boot, seed=seed)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(sums), size=(n_boot, len(sums)))
+    boots = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    p = 2 * min(np.mean(boots <= 0), np.mean(boots >= 0))
+    return {"lift": float(sums.sum() / counts.sum()), "low": float(lo), "high": float(hi), "p": float(min(1.0, p))}
 
 
 def lift_bins(seeds: pd.DataFrame, by: list[str], *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -119,9 +125,9 @@ def lift_bins(seeds: pd.DataFrame, by: list[str], *, n_boot: int = 2000, seed: i
     rows = []
     for key, b in d.groupby(by, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        est, lo, hi = _cluster_mean_ci(b["lift"].to_numpy(float), b["group"].to_numpy(), n_boot=n_boot, seed=seed)
-        rows.append({**dict(zip(by, key)), "seeds": len(b), "groups": int(b["group"].nunique()), "lift_mean": est,
-                     "lift_low": lo, "lift_high": hi, "value_seeded": float(b["correct"].mean()),
+        ci = cluster_bootstrap(b["lift"].to_numpy(float), b["group"].to_numpy(), n_boot=n_boot, seed=seed)
+        rows.append({**dict(zip(by, key)), "seeds": len(b), "groups": int(b["group"].nunique()), "lift_mean": ci["lift"],
+                     "lift_low": ci["low"], "lift_high": ci["high"], "value_seeded": float(b["correct"].mean()),
                      "value_fresh": float(b["value_fresh"].mean()),
                      "source_correct": float(b["source_correct"].mean())})
     cols = [*by, "seeds", "groups", "lift_mean", "lift_low", "lift_high", "value_seeded", "value_fresh",
