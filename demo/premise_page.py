@@ -154,7 +154,18 @@ EXPLORATION_SOURCES: tuple[Source, ...] = (
     Cited("+3.4 ± 14.6 (commit b544d47)", "this page as measured at commit b544d47, table *Along training*, the ratio "
           "rule's \"vs on-policy at matched pass@1\" (git show b544d47:docs/exploration.md)"),
 )
-PAGE_SOURCES = {"premise.md": NOTES_SOURCES, "exploration.md": EXPLORATION_SOURCES}
+# docs/power.md (issue #40 item 2: the premise regime with 8 training seeds and the endpoints)
+POWER_SOURCES: tuple[Source, ...] = (
+    Cited("+4.5 ± 6.9", "docs/exploration.md's notes: the ratio rule's pass@64 minus the FR3E-like restart's per seed "
+          "at the budget, 3 seeds (_paired_seeds on that page)"),
+    Cited("at the relay's cut is 93.8 points", "docs/mechanism.md, point 3n's carry at cut depth 0.4–0.6 (its tables: "
+          "lift_by_depth.csv)"),
+    Cited("states up to 7 updates old", "the seed refresh interval T = 8 of the Regime section: a seed is written "
+          "0 to T − 1 updates before it is continued"),
+    Cited("in 1 seed of 8 within 100 steps", "the Endpoints table's E2 row of Thinking Seeds (state): 1 seed (7 left "
+          "out), --extend-to 100"),
+)
+PAGE_SOURCES = {"premise.md": NOTES_SOURCES, "exploration.md": EXPLORATION_SOURCES, "power.md": POWER_SOURCES}
 
 
 _pct = partial(pct, unit="", missing="")   # a table cell or a number whose text says %: contracts.commands.pct

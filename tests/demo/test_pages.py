@@ -16,7 +16,7 @@ from demo.common import figure_dir
 from tests.helpers.pages import TAMPER_FINDS, generated_part, recompute, rerender, tamper, writer
 
 DOCS = REPO / "docs"
-MEASURED = ("premise.md", "exploration.md", "miniature.md")
+MEASURED = ("premise.md", "exploration.md", "miniature.md", "power.md")
 NOT_COMMITTED = "**Tables not committed**"
 
 
