@@ -41,12 +41,11 @@ import torch
 from contracts.commands import EXIT_CODES_HELP, pct, points, run_command
 from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import paired_bootstrap, pass_at_k
-from demo.premise_stats import holm
 from demo.common import MEASURED, PAGE_JSON, DemoError, auto_threads, code_commit, figure_dir, machine
 from demo.page_numbers import Cited, Source, mark, warning
 from demo.premise import run_premise
 from demo.premise_budget import MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name
-from demo.premise_stats import N_BOOT
+from demo.premise_stats import N_BOOT, holm
 from tsanalysis.core.seed_lift import cluster_bootstrap
 from tsanalysis.io import RecordsError
 from tsanalysis.tables import seeds_tables
