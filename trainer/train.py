@@ -386,6 +386,7 @@ def launch(argv: list[str] | None = None) -> int:
     if failed:
         return 2
     d = init_distributed()
+    threads_before = torch.get_num_threads()   # given back on return: main() may run inside a caller's process
     torch.set_num_threads(torch_threads(cfg, d.world_size))
     where = f" (rank {d.rank})" if d.enabled else ""
     try:
@@ -429,6 +430,7 @@ def launch(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     finally:
         shutdown(d)
+        torch.set_num_threads(threads_before)
     if d.is_main:
         print(f"run folder: {run_dir}")   # also after a finished run's relaunch, which wrote nothing there
     return 0

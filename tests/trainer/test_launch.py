@@ -449,6 +449,27 @@ def test_a_start_from_step_0_replaces_what_an_earlier_start_logged(tmp_path, cap
 
 
 @pytest.mark.slow   # a short run with a checkpoint per step, then a resume
+def test_a_launch_in_process_gives_the_callers_thread_count_back(tmp_path, monkeypatch):
+    """main() sets torch's threads for the run (threads=, else OMP_NUM_THREADS) and gives the caller's count back on
+    return, a finished run and a failed one alike: a notebook or test that launches in its own process keeps its
+    count (before, a run at OMP_NUM_THREADS=1 left a suite at 2 threads running at 1)."""
+    import torch
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    monkeypatch.setenv("OMP_NUM_THREADS", str(other))
+    seen = []
+    monkeypatch.setattr("trainer.train.train", lambda cfg, d, **kw: seen.append(torch.get_num_threads()) or cfg.run_dir)
+    assert main(tiny(tmp_path / "runs", total_steps=1)) == 0
+    assert seen == [other] and torch.get_num_threads() == before
+
+    def fails(cfg, d, **kw):
+        seen.append(torch.get_num_threads())
+        raise RuntimeError("a failure inside the run")
+    monkeypatch.setattr("trainer.train.train", fails)
+    assert main(tiny(tmp_path / "runs", total_steps=1)) == 1
+    assert seen == [other, other] and torch.get_num_threads() == before
+
+
 def test_a_checkpoint_missing_a_shard_is_skipped_for_the_newest_complete_one(tmp_path, capsys):
     """The newest checkpoint lost a rank's shard: the hint and the resume both take the one before it (said on
     stderr), instead of naming a checkpoint that fails the same way at every launch."""
