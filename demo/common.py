@@ -104,9 +104,11 @@ class Timings:
         return "\n".join(lines)
 
 
-def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool, log: Log) -> None:
+def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool, log: Log,
+              defaults: dict | None = None) -> None:
     """Create ``out`` with ``marker`` recording ``settings`` (``fresh``: wipe it first), or check the marker it has
-    (``contracts.settings.claim_folder``); refuse a folder made with other settings, or not by ``owner``."""
+    (``contracts.settings.claim_folder``; ``defaults``: what a setting the marker lacks stood for, a field added to
+    the budget after the folder was written); refuse a folder made with other settings, or not by ``owner``."""
     out = Path(out)
     if fresh and out.exists():
         if any(out.iterdir()) and not (out / marker).is_file():
@@ -115,7 +117,8 @@ def claim_out(out: Path, marker: str, settings: dict, *, owner: str, fresh: bool
         log(f"--fresh: deleting {out}")
         shutil.rmtree(out)
     try:
-        claim_folder(out, marker, settings, owner=owner, fix="rerun with --fresh to redo it, or choose another --out")
+        claim_folder(out, marker, settings, owner=owner, fix="rerun with --fresh to redo it, or choose another --out",
+                     defaults=defaults)
     except SettingsMismatch as e:
         raise DemoError(str(e)) from None
 

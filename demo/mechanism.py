@@ -20,7 +20,8 @@ Each point runs in ``OUT/<point>/`` (resumable: finished runs, graded problems a
 ``--premise DIR`` reads point ``3n`` from a finished ``demo.premise`` folder of the same task instead of running it.
 ``--doc docs/mechanism.md`` writes the page and its tables (``docs/mechanism/tables/``: ``grid.csv``,
 ``lift_by_depth.csv``, the per-problem counts behind the narrowing and relay columns); ``--write-only`` re-renders
-the page from those tables. ``tests/demo/test_mechanism.py`` recomputes the page's numbers from them.
+the page from those tables; ``--add`` keeps the committed tables' other points (a point run in a later session
+joins the grid). ``tests/demo/test_mechanism.py`` recomputes the page's numbers from them.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from contracts.passk import paired_bootstrap, pass_at_k
 from demo.common import MEASURED, PAGE_JSON, DemoError, auto_threads, code_commit, figure_dir, machine
 from demo.page_numbers import Cited, Source, mark, warning
 from demo.premise import run_premise
-from demo.premise_budget import MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name
+from demo.premise_budget import ADDED_FIELDS, MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name
 from demo.premise_stats import N_BOOT, holm
 from tsanalysis.core.seed_lift import cluster_bootstrap
 from tsanalysis.io import RecordsError
@@ -54,9 +55,10 @@ SEEDED = "seeds_entropy"   # its cuts span the response (the ratio rule cuts eve
 N_BINS = 5                 # depth bins of the seed lift
 RELAY_CUT = 0.5            # demo.premise's relay: the early checkpoint writes this fraction of each response
 FITS_S = 900.0             # "fits the demo": warm-up + on-policy + relay + the seeded run's training, 2 threads
-TASK = ("numbers", "max_number", "min_target", "max_target", "max_response_tokens")
+TASK = ("numbers", "max_number", "min_target", "max_target", "search", "max_response_tokens")
 SETTINGS = (*TASK, "warmup_steps")   # the grid's columns of a point's budget
 
+TABLES = ("grid", "lift_by_depth", "per_problem", "relay_problems")   # the page's tables (tables/<name>.csv)
 # name -> (budget overrides, why the point): every other setting is the premise budget's (demo.premise_budget)
 POINTS: dict[str, tuple[dict, str]] = {
     "3n": ({}, "today's premise regime: 2 steps and the final expression, a cut at half leaves about one step"),
@@ -68,9 +70,14 @@ POINTS: dict[str, tuple[dict, str]] = {
     "4n-wide": ({"numbers": 4, "max_number": 20, "min_target": 10, "max_target": 100, "max_response_tokens": 64,
                  "warmup_steps": 1200},
                 "larger numbers and targets: more first steps lead nowhere (dead ends after the cut)"),
+    # Stream of Search (arXiv 2404.03683) in miniature: 3n's problems, solver traces with 0-3 failed attempts
+    # before the solving path (scoring.tasks.countdown's search), so a cut at half often lands before the path
+    "3n-search": ({"search": 3, "max_response_tokens": 96, "warmup_steps": 1200},
+                  "traces that explore and backtrack: after a cut the continuation still has to find the path"),
 }
 
-GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "max_response_tokens", "warmup_steps",
+GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "search", "max_response_tokens",
+                "warmup_steps",
                 "K",
                 "warmup_pass1", "final_pass1", "warmup_passK", "final_passK",
                 "pass1_diff", "pass1_low", "pass1_high", "passK_diff", "passK_low", "passK_high", "narrowed",
@@ -94,7 +101,7 @@ def check_premise_folder(d: Path, name: str) -> None:
     if not f.is_file():
         raise DemoError(f"--premise {d}: no {MARKER} (not a demo.premise output folder)")
     got, want = json.loads(f.read_text()), asdict(point_budget(name))
-    diff = [k for k in TASK if got.get(k) != want[k]]
+    diff = [k for k in TASK if got.get(k, ADDED_FIELDS.get(k)) != want[k]]
     if diff:
         raise DemoError(f"--premise {d}: its task differs from point {name}'s in {', '.join(diff)}")
     for need in (d / "tables" / "per_problem.csv", d / "tables" / "relay_problems.csv",
@@ -139,7 +146,7 @@ def point_row(name: str, per_problem: pd.DataFrame, relay: pd.DataFrame, lift: p
     K = int(per_problem["n"].min())
     by = {m: d.sort_values("problem_id").reset_index(drop=True) for m, d in per_problem.groupby("model")}
     assert all((by[m]["problem_id"].to_numpy() == by["warmup"]["problem_id"].to_numpy()).all() for m in by)
-    row: dict = {"point": name, **{k: b[k] for k in SETTINGS}, "K": K}
+    row: dict = {"point": name, **{k: b.get(k, ADDED_FIELDS.get(k)) for k in SETTINGS}, "K": K}
     for k, tag in ((1, "1"), (K, "K")):
         w, f = passk_of(by["warmup"], "correct", k), passk_of(by["final"], "correct", k)
         p = paired_bootstrap(f, w, n_boot=N_BOOT)
@@ -196,11 +203,24 @@ def run_point(name: str, out: Path, *, log=print) -> Path:
 
 
 # --- tables and page ----------------------------------------------------------------------------------------
-def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: frozenset = frozenset()
-            ) -> dict[str, pd.DataFrame]:
+def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: frozenset = frozenset(),
+            keep: Path | None = None) -> dict[str, pd.DataFrame]:
     """The page's tables from the points' folders, written to ``tdir`` (grid.csv, lift_by_depth.csv,
-    per_problem.csv, relay_problems.csv, page.json)."""
+    per_problem.csv, relay_problems.csv, page.json). ``keep``: a tables folder whose other points stay, rows and
+    provenance as they are (``--add``: a point run in another session joins the committed grid)."""
     grid, lifts, pps, relays, measured = [], [], [], [], {}
+    commands = [command]
+    if keep is not None:
+        old = {k: pd.read_csv(keep / f"{k}.csv", dtype={"problem_id": str}) for k in TABLES}
+        old = {k: df[~df["point"].isin(points)] for k, df in old.items()}
+        kept = old["grid"].reindex(columns=GRID_COLUMNS).fillna(ADDED_FIELDS)   # a column added since: its default
+        grid.extend(kept.astype({k: type(v) for k, v in ADDED_FIELDS.items()}).to_dict("records"))
+        lifts.append(old["lift_by_depth"])
+        pps.append(old["per_problem"])
+        relays.append(old["relay_problems"])
+        rec = json.loads((keep / PAGE_JSON).read_text())
+        measured = {p: m for p, m in rec["measured"].items() if p not in points}
+        commands = [*rec.get("commands", [rec["command"]]), *([command] if points else [])]   # none: a re-render
     for name, d in points.items():
         pp, relay, lift, wall, settings = read_point(name, d)
         grid.append(point_row(name, pp, relay, lift, wall, settings))
@@ -218,8 +238,8 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
     tdir.mkdir(parents=True, exist_ok=True)
     for k, df in tables.items():
         df.to_csv(tdir / f"{k}.csv", index=False)
-    atomic_write_json(tdir / PAGE_JSON, {"writer": "demo.mechanism", "command": command, "measured": measured,
-                                         "written": time.strftime("%Y-%m-%d %H:%M")}, indent=1)
+    atomic_write_json(tdir / PAGE_JSON, {"writer": "demo.mechanism", "command": commands[-1], "commands": commands,
+                                         "measured": measured, "written": time.strftime("%Y-%m-%d %H:%M")}, indent=1)
     return tables
 
 
@@ -274,7 +294,8 @@ def render(tdir: Path) -> str:
         f"within {FITS_S:.0f} s on 2 cores (`python -m demo` runs this much and two more trainings in about ten "
         "minutes).",
         "",
-        f"Regenerate: `{rec['command']}` (resumable); `python -m demo.mechanism --write-only --doc docs/mechanism.md` "
+        "Regenerate: " + ", then ".join(f"`{c}`" for c in rec.get("commands", [rec["command"]])) + " (resumable); "
+        "`python -m demo.mechanism --write-only --doc docs/mechanism.md` "
         "renders this page from `mechanism/tables/`, where `tests/demo/test_mechanism.py` recomputes the grid's "
         "narrowing and relay columns from the per-problem counts and the Holm step and verdicts from the lift table.",
         "",
@@ -288,7 +309,8 @@ def render(tdir: Path) -> str:
     premise = {p for p, m in rec["measured"].items() if m.get("from") == "demo.premise"}
     for _, r in grid.iterrows():
         mark = " †" if r["point"] in premise else ""
-        task = (f"{r['numbers']} numbers 1..{r['max_number']}, target {r['min_target']}..{r['max_target']}, "
+        search = (f", search traces (0–{int(r['search'])} failed attempts)" if r.get("search", 0) > 0 else "")
+        task = (f"{r['numbers']} numbers 1..{r['max_number']}, target {r['min_target']}..{r['max_target']}{search}, "
                 f"≤ {r['max_response_tokens']} tokens, warm-up {r['warmup_steps']} steps")
         lines.append(
             f"| {r['point']} | {task} | {_pct(r['warmup_pass1'])} → {_pct(r['final_pass1'])} "
@@ -365,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="read point 3n from this finished demo.premise folder instead of running it")
     p.add_argument("--doc", default=None, help="write this page and its tables beside it (docs/mechanism.md)")
     p.add_argument("--write-only", action="store_true", help="only render --doc from its committed tables")
+    p.add_argument("--add", action="store_true",
+                   help="keep the other points of --doc's committed tables (a point run in a later session joins "
+                        "the grid; --points names only the new ones)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: as python -m demo)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
@@ -374,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in args.points.split(",") if n]
         for n in names:
             point_budget(n)   # an unknown point: one line, exit 2, before anything runs
+        if args.add:          # as early: nothing to add to
+            if not args.doc:
+                raise DemoError("--add needs --doc (the page whose committed tables the new points join)")
+            if not (figure_dir(Path(args.doc)) / "tables" / "grid.csv").is_file():
+                raise DemoError(f"--add: {figure_dir(Path(args.doc)) / 'tables' / 'grid.csv'} is missing (nothing "
+                                f"to add to); run without --add")
         if args.write_only:
             if not args.doc:
                 raise DemoError("--write-only needs --doc (the page to render from its tables)")
@@ -398,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
             tmp = tdir.with_name(tdir.name + ".partial")   # the committed tables stay until the new ones are whole
             shutil.rmtree(tmp, ignore_errors=True)
             collect(folders, tmp, command="python -m demo.mechanism " + shlex.join(argv),
-                    from_premise=frozenset(n for n in names if n == "3n" and args.premise))
+                    from_premise=frozenset(n for n in names if n == "3n" and args.premise),
+                    keep=tdir if args.add else None)
             render(tmp)
             if tdir.is_dir():
                 shutil.rmtree(tdir)

@@ -67,8 +67,8 @@ from contracts.passk import bootstrap_ci, k_grid, paired_bootstrap
 from contracts.samples import read_samples
 from demo.common import (MEASURED, DemoError, Log, Timings, auto_threads, claim_out, code_commit, machine, read_metrics,
                          run_config, train_run)
-from demo.premise_budget import (BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget, curve_name,
-                                 curve_steps, eval_name, extension_steps, long_name, method_list)
+from demo.premise_budget import (ADDED_FIELDS, BUDGETS, EXTENSION, MARKER, METHODS, STAGES, TIMINGS, PremiseBudget,
+                                 curve_name, curve_steps, eval_name, extension_steps, long_name, method_list)
 from demo.endpoints import POWER_METHODS
 from demo.premise_page import write_page
 from demo.premise_stats import (N_BOOT, at_first_reach, crossover_k, crossover_table, curve_table, distinct_correct,
@@ -100,7 +100,7 @@ RELAY_TAG = "countdown-early-to-final-cut0.5"   # the relay's folder under <out>
 
 def prepare_out(out: Path, budget: PremiseBudget, *, fresh: bool, log: Log) -> None:
     """Create ``out`` (``fresh``: wipe it first); refuse a folder made with another budget or not by this module."""
-    claim_out(out, MARKER, asdict(budget), owner="demo.premise", fresh=fresh, log=log)
+    claim_out(out, MARKER, asdict(budget), owner="demo.premise", fresh=fresh, log=log, defaults=ADDED_FIELDS)
 
 
 def make_data(out: Path, b: PremiseBudget, *, log: Log) -> dict[str, Path]:

@@ -24,6 +24,7 @@ class PremiseBudget:
     max_number: int = 10
     min_target: int = 1
     max_target: int = 30
+    search: int = 0                # > 0: solver traces explore and backtrack (scoring.tasks.countdown's search)
     # warm-up
     model_size: str = "1m"
     warmup_pool: int = 20000
@@ -58,8 +59,12 @@ class PremiseBudget:
     @property
     def difficulty(self) -> dict:
         return {"min_numbers": self.numbers, "max_numbers": self.numbers, "min_number": 1,
-                "max_number": self.max_number, "min_target": self.min_target, "max_target": self.max_target}
+                "max_number": self.max_number, "min_target": self.min_target, "max_target": self.max_target,
+                "search": self.search}
 
+
+# fields added to the budget after folders were written, with the value such a folder's marker stands for
+ADDED_FIELDS = {"search": 0}
 
 PREMISE = PremiseBudget(name="premise")
 # `python -m demo`'s main job (issue #27): the premise regime with ONE training seed and three of its eight methods

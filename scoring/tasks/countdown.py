@@ -11,6 +11,17 @@ A step line is ``x op y=z`` (operands and result non-negative integers, larger o
 solver's traces); the response ends with the line ``= EXPR``, an expression over the given numbers with
 ``+ - * / ( )`` (the solver parenthesises every compound operand).
 
+A search variant (``search`` = S > 0, after Stream of Search, Gandhi et al. 2024, arXiv 2404.03683) writes traces
+that explore and backtrack: before the solving path, a number of failed attempts drawn uniformly in [0, S], each a
+whole path (every number used) whose value misses the target, closed by a line ``no``::
+
+    solution  "8+3=11\n11+4=15\nno\n8*3=24\n24-4=20\n= (8*3)-4"
+
+so a cut in the middle of a response leaves the outcome to the continuation. Its rows carry ``search`` (S); the
+reward accepts ``no`` lines only in such rows, where each one gives every given number back (the next attempt
+starts from them) and the final ``= EXPR`` is checked as always. The problems (numbers, targets, ids) are those of
+``search = 0`` with the same seed and difficulty: the failed attempts are drawn from a stream of their own.
+
 Rules (the reward checks all of them; any valid path scores 1.0):
 - **every given number is used exactly once** in the final expression (as in TinyZero's Countdown); a number
   given twice may be used twice;
@@ -20,7 +31,8 @@ Rules (the reward checks all of them; any valid path scores 1.0):
 - the expression evaluates to the target;
 - each step line before it must be correct arithmetic on available operands: the given numbers and the
   results of earlier steps, each usable once (steps are the model's scratchpad; none are required, but a
-  wrong one makes the response wrong).
+  wrong one makes the response wrong); in a search row (``search`` > 0) a ``no`` line makes the given numbers
+  the available operands again.
 Blank lines and spaces inside lines are ignored; any other line makes the response wrong.
 
 Generator: draws a count in [``min_numbers``, ``max_numbers``] and numbers uniformly in [``min_number``,
@@ -40,7 +52,9 @@ from collections.abc import Iterator
 NAME = "countdown"
 DIFFICULTY = {  # defaults of make_examples' keyword arguments
     "min_numbers": 3, "max_numbers": 4, "min_number": 1, "max_number": 20, "min_target": 10, "max_target": 100,
+    "search": 0,
 }
+BACKTRACK = "no"   # the line that closes a failed attempt in a search trace
 
 _STEP = re.compile(r"(\d+)([-+*/])(\d+)=(\d+)")
 _TOKEN = re.compile(r"\d+|[-+*/()]")
@@ -111,11 +125,13 @@ def make_examples(
     max_number: int = 20,
     min_target: int = 10,
     max_target: int = 100,
+    search: int = 0,
 ) -> list[dict]:
     """``n`` solvable Countdown problems, a deterministic function of the arguments.
 
-    Rows: ``id``, ``prompt``, ``answer`` (the target as a string), ``solution`` (steps then ``= EXPR``),
-    ``numbers``, ``target``, ``n_solutions``.
+    Rows: ``id``, ``prompt``, ``answer`` (the target as a string), ``solution`` (steps then ``= EXPR``; with
+    ``search`` > 0, failed attempts before them), ``numbers``, ``target``, ``n_solutions`` and, when ``search`` > 0,
+    ``search``.
     """
     if not 2 <= min_numbers <= max_numbers <= 5:  # the exhaustive solver is exponential in the count
         raise ValueError(f"need 2 <= min_numbers <= max_numbers <= 5, got {min_numbers}, {max_numbers}")
@@ -125,7 +141,10 @@ def make_examples(
         raise ValueError(f"need 0 <= min_target <= max_target, got {min_target}, {max_target}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    if search < 0:
+        raise ValueError(f"search must be >= 0, got {search}")
     rng = random.Random(seed)
+    detours = random.Random(f"countdown-search-{seed}")   # its own stream: the problems are search = 0's
     rows = []
     for i in range(n):
         for _ in range(_MAX_TRIES):
@@ -143,18 +162,31 @@ def make_examples(
         target = rng.choice(targets)
         paths = solutions[target]
         expr = rng.choice(sorted(paths))
-        rows.append(
-            {
-                "id": f"countdown-s{seed}-{i:06d}",
-                "prompt": format_prompt(numbers, target),
-                "answer": str(target),
-                "solution": "\n".join(paths[expr] + (f"= {expr}",)),
-                "numbers": numbers,
-                "target": target,
-                "n_solutions": len(paths),
-            }
-        )
+        lines = paths[expr] + (f"= {expr}",)
+        if search:
+            lines = _failed_attempts(solutions, target, search, detours) + lines
+        row = {
+            "id": f"countdown-s{seed}-{i:06d}",
+            "prompt": format_prompt(numbers, target),
+            "answer": str(target),
+            "solution": "\n".join(lines),
+            "numbers": numbers,
+            "target": target,
+            "n_solutions": len(paths),
+        }
+        if search:
+            row["search"] = search
+        rows.append(row)
     return rows
+
+
+def _failed_attempts(solutions: dict[int, dict[str, tuple[str, ...]]], target: int, search: int,
+                     rng: random.Random) -> tuple[str, ...]:
+    """A search trace's detours: k ~ Uniform{0..search} distinct whole paths that miss ``target`` (fewer when the
+    numbers have fewer), in random order, each closed by a ``no`` line."""
+    misses = sorted({steps for value, exprs in solutions.items() if value != target for steps in exprs.values()})
+    k = min(rng.randint(0, search), len(misses))
+    return tuple(line for steps in rng.sample(misses, k) for line in (*steps, BACKTRACK))
 
 
 # --------------------------------------------------------------------------------------------- reward
@@ -230,7 +262,11 @@ def reward(response: str, example: dict) -> float:
     if not lines or not lines[-1].startswith("="):
         return 0.0
     available = Counter(example["numbers"])
+    backtracks = int(example.get("search") or 0) > 0
     for line in lines[:-1]:
+        if backtracks and line == BACKTRACK:
+            available = Counter(example["numbers"])
+            continue
         m = _STEP.fullmatch(line)
         if not m:
             return 0.0

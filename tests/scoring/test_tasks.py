@@ -187,6 +187,58 @@ def test_countdown_duplicate_numbers_may_each_be_used():
     assert countdown.reward("5*5=25\n25*5=125\n= 5*5*2", ex) == 0.0  # the step uses a third 5
 
 
+SEARCH_EX = {**EX, "search": 3}
+
+
+@pytest.mark.parametrize(
+    "response, plain, search",
+    [
+        ("8+3=11\n11+4=15\nno\n8*3=24\n24-4=20\n= (8*3)-4", 0.0, 1.0),  # a detour, then the path
+        ("8+3=11\nno\n8*3=24\n24-4=20\n= (8*3)-4", 0.0, 1.0),          # a detour may stop part-way
+        ("no\nno\n= (8*3)-4", 0.0, 1.0),                                  # backtracking alone costs nothing
+        ("8+3=11\n11+4=15\nno\n11+4=15\n= (8*3)-4", 0.0, 0.0),        # a detour's results are gone after no
+        ("8+3=11\n11+4=15\nno\n8*3=24\n24-4=20\n= 15+(8*3)-4", 0.0, 0.0),  # ... and not in the expression
+        ("8+3=11\nno\n8+3=12\n= (8*3)-4", 0.0, 0.0),                     # a wrong step after no
+        ("8+3=11\n11+4=15\nno\n= (8+3)+4", 0.0, 0.0),                    # the last attempt misses (15)
+        ("8*3=24\n24-4=20\nno", 0.0, 0.0),                               # no final expression
+        ("8*3=24\nNo\n24-4=20\n= (8*3)-4", 0.0, 0.0),                    # only the exact line backtracks
+        ("8*3=24\n24-4=20\n= (8*3)-4", 1.0, 1.0),                        # the plain format stays right
+    ],
+)
+def test_countdown_search_reward(response, plain, search):
+    """``no`` gives the given numbers back in a search row only; the final expression is checked as always."""
+    assert (countdown.reward(response, EX), countdown.reward(response, SEARCH_EX)) == (plain, search)
+
+
+def test_countdown_search_traces():
+    kw = dict(min_numbers=3, max_numbers=3, max_number=10, min_target=1, max_target=30)
+    plain = countdown.make_examples(300, seed=5, **kw)
+    rows = countdown.make_examples(300, seed=5, search=3, **kw)
+    assert rows == countdown.make_examples(300, seed=5, search=3, **kw)
+    # the same problems as search = 0: only the solution (and the row's search field) differs
+    keep = ("id", "prompt", "answer", "numbers", "target", "n_solutions")
+    assert [{k: r[k] for k in keep} for r in rows] == [{k: r[k] for k in keep} for r in plain]
+    detours = Counter()
+    for r, p in zip(rows, plain):
+        assert r["search"] == 3 and "search" not in p
+        assert countdown.reward(r["solution"], r) == 1.0
+        lines = r["solution"].split("\n")
+        k = lines.count("no")
+        detours[k] += 1
+        assert lines[len(lines) - len(p["solution"].split("\n")):] == p["solution"].split("\n")
+        attempts = "\n".join(lines).split("\nno\n")[:k] if k else []
+        assert len(set(attempts)) == k                       # distinct detours
+        for a in attempts:                                   # each one a whole path that misses the target
+            steps = a.split("\n")
+            assert len(steps) == 2 and int(steps[-1].split("=")[1]) != r["target"]
+        if k:
+            assert countdown.reward(r["solution"], p) == 0.0  # a plain row refuses the backtracking line
+    # k ~ Uniform{0..3}: each count near a quarter of 300
+    assert set(detours) == {0, 1, 2, 3} and all(50 <= detours[k] <= 100 for k in range(4)), detours
+    with pytest.raises(ValueError, match="search must be >= 0"):
+        countdown.make_examples(1, seed=0, search=-1)
+
+
 def test_expression_evaluator():
     assert countdown.evaluate_expression("(8*3)-4") == (20, [8, 3, 4])
     assert countdown.evaluate_expression("12/4/3") == (1, [12, 4, 3])  # left-associative
