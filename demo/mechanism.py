@@ -74,6 +74,11 @@ POINTS: dict[str, tuple[dict, str]] = {
     # before the solving path (scoring.tasks.countdown's search), so a cut at half often lands before the path
     "3n-search": ({"search": 3, "max_response_tokens": 96, "warmup_steps": 1200},
                   "traces that explore and backtrack: after a cut the continuation still has to find the path"),
+    # added after 3n-search's run left pass@64 at 100 % before and after RL (no room to narrow at k = 64): 4n's
+    # harder problems with at most 2 detours, so that fewer samples find the path within their budget
+    "4n-search": ({"numbers": 4, "max_number": 10, "min_target": 1, "max_target": 50, "search": 2,
+                   "max_response_tokens": 104, "warmup_steps": 1200},
+                  "4n's problems with 0-2 detours: search traces where pass@64 has room below 100 %"),
 }
 
 GRID_COLUMNS = ["point", "numbers", "max_number", "min_target", "max_target", "search", "max_response_tokens",
