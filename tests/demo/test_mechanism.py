@@ -117,6 +117,27 @@ def test_every_point_is_a_countdown_the_generator_can_make():
         assert longest + 1 <= b.max_response_tokens, (name, longest)   # a reference trace and its EOS fit
 
 
+def test_relay_small_k_reads_pass_at_k_from_the_counts_and_holm_adjusts_the_family():
+    from demo.mechanism import relay_small_k
+    rng = np.random.default_rng(2)
+    early = rng.integers(0, 65, 120)
+    rows = []
+    for name, shift in (("same", 0), ("worse", -16)):   # the relay 16 of 64 samples below early on every problem
+        relay = np.clip(early + shift, 0, 64)
+        rows.append(pd.DataFrame({"point": name, "problem_id": [f"p{i:03d}" for i in range(120)], "n": 64,
+                                  "early_correct": early, "relay_correct": relay, "final_correct": early}))
+    t = relay_small_k(pd.concat(rows, ignore_index=True), ["same", "worse"])
+    assert list(zip(t["point"], t["k"])) == [("same", 1), ("same", 8), ("worse", 1), ("worse", 8)]
+    one = t[(t["point"] == "worse") & (t["k"] == 1)].iloc[0]
+    want = (np.clip(early - 16, 0, 64) - early).mean() / 64          # pass@1 is c / n
+    assert one["re_diff"] == pytest.approx(want) and one["re_high"] < 0 and one["re_p_holm"] < 0.05
+    assert one["early"] == pytest.approx(early.mean() / 64)
+    same = t[t["point"] == "same"]
+    assert (same["re_diff"] == 0).all() and (same["re_p_holm"] == 1).all()
+    assert np.allclose(t["re_p_holm"], holm(t["re_p"].to_numpy()))
+    assert np.allclose(t["rf_diff"], t["re_diff"])                   # final == early here
+
+
 def test_add_keeps_the_committed_points_and_their_provenance(tmp_path, monkeypatch):
     """``--add``: a point run in a later session joins the committed grid; the other points' rows, lift, counts and
     provenance stay as committed (a table written before the grid had a ``search`` column reads it as 0)."""
@@ -130,7 +151,7 @@ def test_add_keeps_the_committed_points_and_their_provenance(tmp_path, monkeypat
     old = tmp_path / "old"
     shutil.copytree(TABLES, old)
     committed = pd.read_csv(old / "grid.csv")
-    # the new point: hand-made counts (its folder's reader is replaced; read_point is tested on real folders by
+    # a new point (probe): hand-made counts (its folder's reader is replaced; read_point is tested on real folders by
     # the premise tests' folder layout)
     rng = np.random.default_rng(1)
     warm, final = rng.integers(0, 65, 50), rng.integers(0, 65, 50)
@@ -139,28 +160,31 @@ def test_add_keeps_the_committed_points_and_their_provenance(tmp_path, monkeypat
     relay = pd.DataFrame({"problem_id": [f"p{i:03d}" for i in range(50)], "n": 64, "early_correct": warm,
                           "relay_correct": final, "final_correct": final})
     lift = lift_by_depth(_seeds(), n_bins=5, n_boot=200)
-    settings = asdict(point_budget("3n-search"))
+    settings = asdict(point_budget("3n-search"))   # a search point's budget under a new name
     monkeypatch.setattr(mech, "read_point", lambda name, d: (pp, relay, lift, 700.0, settings))
     new = tmp_path / "new"
-    tables = mech.collect({"3n-search": tmp_path / "point"}, new, command="python -m demo.mechanism --add", keep=old)
+    tables = mech.collect({"probe": tmp_path / "point"}, new, command="python -m demo.mechanism --add", keep=old)
     grid = tables["grid"]
-    assert list(grid["point"]) == [*committed["point"], "3n-search"]
+    assert list(grid["point"]) == [*committed["point"], "probe"]
     assert list(grid.columns) == mech.GRID_COLUMNS
-    kept = grid[grid["point"] != "3n-search"].reset_index(drop=True)
-    assert (kept["search"] == 0).all() and list(grid["search"])[-1] == 3
-    same = [c for c in committed.columns if c != "search"]
-    pd.testing.assert_frame_equal(kept[same], committed[same], check_dtype=False)
+    kept = grid[grid["point"] != "probe"].reset_index(drop=True)
+    assert list(grid["search"])[-1] == 3
+    pd.testing.assert_frame_equal(kept, committed, check_dtype=False)   # the committed rows, untouched
+    # a table written before the grid had a search column reads it as 0
+    (old / "grid.csv").write_text(committed.drop(columns="search").to_csv(index=False))
+    before = mech.collect({"probe": tmp_path / "point"}, tmp_path / "before", command="x", keep=old)["grid"]
+    assert list(before["search"]) == [0] * len(committed) + [3]
     for k in ("lift_by_depth", "per_problem", "relay_problems"):
         was = pd.read_csv(old / f"{k}.csv", dtype={"problem_id": str})
         got = pd.read_csv(new / f"{k}.csv", dtype={"problem_id": str})
-        assert len(got) == len(was) + len(tables[k][tables[k]["point"] == "3n-search"]) > len(was)
-        assert set(got["point"]) == {*was["point"], "3n-search"}
+        assert len(got) == len(was) + len(tables[k][tables[k]["point"] == "probe"]) > len(was)
+        assert set(got["point"]) == {*was["point"], "probe"}
     rec, was = json.loads((new / "page.json").read_text()), json.loads((old / "page.json").read_text())
     assert {p: rec["measured"][p] for p in was["measured"]} == was["measured"]
     assert rec["commands"] == [*was.get("commands", [was["command"]]), "python -m demo.mechanism --add"]
-    assert "3n-search" in render(new) and "search traces (0–3 failed attempts)" in render(new)
+    assert "probe" in render(new) and "search traces (0–3 failed attempts)" in render(new)
     # adding the same point again replaces it rather than doubling it
-    again = mech.collect({"3n-search": tmp_path / "point"}, tmp_path / "again", command="x", keep=new)
+    again = mech.collect({"probe": tmp_path / "point"}, tmp_path / "again", command="x", keep=new)
     assert list(again["grid"]["point"]) == list(grid["point"])
 
 
