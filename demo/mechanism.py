@@ -16,6 +16,12 @@ one supervised warm-up, ONE on-policy run and ONE seeded run (``demo.premise``'s
    outcome and 0 where the continuation does;
 4. **a run fits the demo**: warm-up, on-policy run, relay and the seeded run's training within ``FITS_S`` seconds.
 
+Beside the criteria, each point run here also relays the early checkpoint's prefixes to the *seeded* run's final
+checkpoint (``SEEDED_RELAY``; the same early samples, the same seed): does training from old states restore the
+current policy's continuation of them? Its endpoints, fixed before its first run (commit of this docstring): relay
+(early → Thinking Seeds final) − relay (early → on-policy final) at k = 1, paired over problems, with k = 8 and 64
+beside it and Holm over the table's rows. One training seed per method: the intervals are over problems only.
+
 Each point runs in ``OUT/<point>/`` (resumable: finished runs, graded problems and relay problems are skipped);
 ``--premise DIR`` reads point ``3n`` from a finished ``demo.premise`` folder of the same task instead of running it.
 ``--doc docs/mechanism.md`` writes the page and its tables (``docs/mechanism/tables/``: ``grid.csv``,
@@ -44,11 +50,14 @@ from contracts.files import atomic_write_json, atomic_write_text
 from contracts.passk import paired_bootstrap, pass_at_k
 from demo.common import MEASURED, PAGE_JSON, DemoError, auto_threads, code_commit, figure_dir, machine
 from demo.page_numbers import Cited, Source, mark, warning
-from demo.premise import run_premise
+from demo.premise import RELAY_TAG, run_premise
 from demo.premise_budget import ADDED_FIELDS, MARKER, PREMISE, STAGES, TIMINGS, PremiseBudget, eval_name
 from demo.premise_stats import N_BOOT, holm
 from tsanalysis.core.seed_lift import cluster_bootstrap
-from tsanalysis.io import RecordsError
+from trainer.checkpoint import checkpoint_dir
+from tsanalysis.config import RelayConfig
+from tsanalysis.io import RecordsError, write_results
+from tsanalysis.relay import run_relay
 from tsanalysis.tables import seeds_tables
 
 SEEDED = "seeds_entropy"   # its cuts span the response (the ratio rule cuts every source at one depth)
@@ -59,6 +68,8 @@ TASK = ("numbers", "max_number", "min_target", "max_target", "search", "max_resp
 SETTINGS = (*TASK, "warmup_steps")   # the grid's columns of a point's budget
 
 TABLES = ("grid", "lift_by_depth", "per_problem", "relay_problems")   # the page's tables (tables/<name>.csv)
+SEEDED_RELAY = "countdown-early-to-seeded-cut0.5"   # the early prefixes continued by the seeded run's final
+RELAY_SEEDED = "relay_seeded"   # its table (tables/relay_seeded.csv): only points run with it
 # name -> (budget overrides, why the point): every other setting is the premise budget's (demo.premise_budget)
 POINTS: dict[str, tuple[dict, str]] = {
     "3n": ({}, "today's premise regime: 2 steps and the final expression, a cut at half leaves about one step"),
@@ -203,8 +214,62 @@ def read_point(name: str, d: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
 
 def run_point(name: str, out: Path, *, log=print) -> Path:
     d = out / name
-    run_premise(point_budget(name), d, log=lambda m: log(f"[{name}] {m}"))
+    b = point_budget(name)
+    run_premise(b, d, log=lambda m: log(f"[{name}] {m}"))
+    run_seeded_relay(d, b, log=lambda m: log(f"[{name}] {m}"))
     return d
+
+
+def run_seeded_relay(d: Path, b: PremiseBudget, *, log=print) -> Path:
+    """The point's relay again (its settings, the same early checkpoint and seed, so the same early samples) with
+    the seeded run's final checkpoint continuing: ``analysis/relay/<SEEDED_RELAY>/`` (resumable)."""
+    settings = json.loads((d / "analysis" / "relay" / RELAY_TAG / "relay_settings.json").read_text())
+    rdir = d / "analysis" / "relay" / SEEDED_RELAY
+    final = checkpoint_dir(d / "runs" / eval_name(SEEDED, 0), b.total_steps - 1)
+    log(f"relay: early -> {SEEDED} final ({final})")
+    tables, rdir, got = run_relay(RelayConfig(**{**settings, "final": str(final), "out": str(rdir)}),
+                                  log=lambda m: log(f"  {m}"))
+    write_results(rdir, tables, got)
+    return rdir
+
+
+def read_seeded_relay(d: Path) -> pd.DataFrame | None:
+    """Per problem: the early samples' successes, the relay to on-policy's final and to the seeded run's final, and
+    the seeded final alone; None for a folder without the seeded relay (a --premise folder, points run before it)."""
+    f = d / "analysis" / "relay" / SEEDED_RELAY / "relay_problems.csv"
+    if not f.is_file():
+        return None
+    on = pd.read_csv(d / "analysis" / "relay" / RELAY_TAG / "relay_problems.csv", dtype={"problem_id": str})
+    se = pd.read_csv(f, dtype={"problem_id": str})
+    m = on[["problem_id", "n", "early_correct", "relay_correct"]].merge(
+        se[["problem_id", "n", "early_correct", "relay_correct", "final_correct"]], on="problem_id",
+        suffixes=("", "_s"), validate="one_to_one")
+    if not ((m["n"] == m["n_s"]).all() and (m["early_correct"] == m["early_correct_s"]).all()):
+        raise DemoError(f"{f}: its early samples are not the on-policy relay's (other settings or seed); delete "
+                        f"{f.parent} and rerun")
+    return m.rename(columns={"relay_correct": "relay_onpolicy", "relay_correct_s": "relay_seeded",
+                             "final_correct": "seeded_final"})[["problem_id", "n", "early_correct", "relay_onpolicy",
+                                                                "relay_seeded", "seeded_final"]]
+
+
+def seeded_relay_table(rs: pd.DataFrame, points: list[str], ks: tuple[int, ...]) -> pd.DataFrame:
+    """Per point and k: relay to the seeded final − relay to on-policy's final (paired over problems), p Holm-adjusted
+    over the table's rows; the seeded final alone beside it."""
+    rows = []
+    for name in points:
+        r = rs[rs["point"] == name].sort_values("problem_id")
+        if not len(r):
+            continue
+        for k in ks:
+            on, se, fin = (passk_of(r, c, k) for c in ("relay_onpolicy", "relay_seeded", "seeded_final"))
+            p = paired_bootstrap(se, on, n_boot=N_BOOT)
+            rows.append({"point": name, "k": k, "relay_onpolicy": on.mean(), "relay_seeded": se.mean(),
+                         "seeded_final": fin.mean(), "diff": p["diff"], "low": p["low"], "high": p["high"],
+                         "p": p["p_value"]})
+    out = pd.DataFrame(rows, columns=["point", "k", "relay_onpolicy", "relay_seeded", "seeded_final", "diff", "low",
+                                      "high", "p"])
+    out["p_holm"] = holm(out["p"].to_numpy()) if len(out) else []
+    return out
 
 
 # --- tables and page ----------------------------------------------------------------------------------------
@@ -213,9 +278,12 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
     """The page's tables from the points' folders, written to ``tdir`` (grid.csv, lift_by_depth.csv,
     per_problem.csv, relay_problems.csv, page.json). ``keep``: a tables folder whose other points stay, rows and
     provenance as they are (``--add``: a point run in another session joins the committed grid)."""
-    grid, lifts, pps, relays, measured = [], [], [], [], {}
+    grid, lifts, pps, relays, seeded, measured = [], [], [], [], [], {}
     commands = [command]
     if keep is not None:
+        if (keep / f"{RELAY_SEEDED}.csv").is_file():
+            was = pd.read_csv(keep / f"{RELAY_SEEDED}.csv", dtype={"problem_id": str})
+            seeded.append(was[~was["point"].isin(points)])
         old = {k: pd.read_csv(keep / f"{k}.csv", dtype={"problem_id": str}) for k in TABLES}
         old = {k: df[~df["point"].isin(points)] for k, df in old.items()}
         kept = old["grid"].reindex(columns=GRID_COLUMNS).fillna(ADDED_FIELDS)   # a column added since: its default
@@ -232,6 +300,9 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
         lifts.append(lift.assign(point=name))
         pps.append(pp.assign(point=name))
         relays.append(relay.assign(point=name))
+        rs = read_seeded_relay(d)
+        if rs is not None:
+            seeded.append(rs.assign(point=name))
         m = json.loads((d / MEASURED).read_text()) if (d / MEASURED).is_file() else {}
         measured[name] = {"machine": m.get("machine") or machine(threads=False),
                           "commit": m.get("commit") or code_commit(),
@@ -239,7 +310,10 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
     tables = {"grid": pd.DataFrame(grid, columns=GRID_COLUMNS),
               "lift_by_depth": _first(pd.concat(lifts, ignore_index=True), "point"),
               "per_problem": _first(pd.concat(pps, ignore_index=True), "point"),
-              "relay_problems": _first(pd.concat(relays, ignore_index=True), "point")}
+              "relay_problems": _first(pd.concat(relays, ignore_index=True), "point"),
+              RELAY_SEEDED: (_first(pd.concat(seeded, ignore_index=True), "point") if seeded
+                             else pd.DataFrame(columns=["point", "problem_id", "n", "early_correct", "relay_onpolicy",
+                                                        "relay_seeded", "seeded_final"]))}
     tdir.mkdir(parents=True, exist_ok=True)
     for k, df in tables.items():
         df.to_csv(tdir / f"{k}.csv", index=False)
@@ -367,6 +441,22 @@ def render(tdir: Path) -> str:
         lines.append(f"| {r['point']} | {int(r['k'])} | {_pct(r['early'])} | {_pct(r['relay'])} | {_pct(r['final'])} | "
                      f"{_ci(r['re_diff'], r['re_low'], r['re_high'])} | {r['re_p_holm']:.3f} | "
                      f"{_ci(r['rf_diff'], r['rf_low'], r['rf_high'])} |")
+    rs_file = tdir / f"{RELAY_SEEDED}.csv"
+    rs = pd.read_csv(rs_file, dtype={"problem_id": str}) if rs_file.is_file() else pd.DataFrame()
+    if len(rs):
+        st = seeded_relay_table(rs, list(grid["point"]), (*SMALL_K, K))
+        lines += ["", "## Does training from old states restore their continuation?", "",
+                  "The early checkpoint's prefixes (the relay's, the same samples) continued by the Thinking Seeds "
+                  f"run's final checkpoint ({SEEDED}) instead of on-policy's. Endpoints fixed before the run "
+                  "(`demo/mechanism.py`): relay to Thinking Seeds − relay to on-policy at k = 1, with k = "
+                  + " and ".join(map(str, (*SMALL_K[1:], K))) + " beside it; paired bootstrap over problems, p "
+                  f"two-sided and Holm over the table's {len(st)} rows. One training seed per method: the intervals "
+                  "say nothing of the spread between training seeds.", "",
+                  "| point | k | relay → on-policy % | relay → Thinking Seeds % | Thinking Seeds final alone % | "
+                  "difference | p (Holm) |", "|---|---:|---:|---:|---:|---|---:|"]
+        for _, r in st.iterrows():
+            lines.append(f"| {r['point']} | {int(r['k'])} | {_pct(r['relay_onpolicy'])} | {_pct(r['relay_seeded'])} | "
+                         f"{_pct(r['seeded_final'])} | {_ci(r['diff'], r['low'], r['high'])} | {r['p_holm']:.3f} |")
     lines += ["",
               "## Seed lift and carry by cut depth", "",
               "Lift: a seed's continuation success minus its prompt's fresh-group success (points, 95 % interval with "

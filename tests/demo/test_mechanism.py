@@ -138,6 +138,39 @@ def test_relay_small_k_reads_pass_at_k_from_the_counts_and_holm_adjusts_the_fami
     assert np.allclose(t["rf_diff"], t["re_diff"])                   # final == early here
 
 
+def test_the_seeded_relay_pairs_the_same_early_samples_and_refuses_others(tmp_path):
+    from demo.mechanism import RELAY_SEEDED, SEEDED_RELAY, read_seeded_relay, seeded_relay_table
+    from demo.premise import RELAY_TAG
+    d = tmp_path / "point"
+    assert read_seeded_relay(d) is None                       # a folder without it (a --premise folder)
+    rng = np.random.default_rng(3)
+    ids = [f"p{i:03d}" for i in range(80)]
+    early, on = rng.integers(0, 65, 80), rng.integers(0, 57, 80)
+    for tag, relay, final in ((RELAY_TAG, on, on), (SEEDED_RELAY, on + 8, on + 4)):   # seeded: 8 of 64 more
+        f = d / "analysis" / "relay" / tag / "relay_problems.csv"
+        f.parent.mkdir(parents=True)
+        pd.DataFrame({"problem_id": ids, "n": 64, "early_correct": early, "relay_correct": relay,
+                      "final_correct": final}).sample(frac=1, random_state=0).to_csv(f, index=False)
+    rs = read_seeded_relay(d)
+    assert list(rs.columns) == ["problem_id", "n", "early_correct", "relay_onpolicy", "relay_seeded", "seeded_final"]
+    rs = rs.assign(point="x")
+    t = seeded_relay_table(rs, ["x", "absent"], (1, 8, 64))
+    assert list(t["k"]) == [1, 8, 64] and set(t["point"]) == {"x"}
+    one = t.iloc[0]
+    assert one["diff"] == pytest.approx(8 / 64) and one["low"] == pytest.approx(8 / 64) and one["p_holm"] < 0.05
+    assert one["seeded_final"] == pytest.approx((on + 4).mean() / 64)
+    assert np.allclose(t["p_holm"], holm(t["p"].to_numpy()))
+    # other early samples (another seed or settings): not a paired comparison, one line naming the folder
+    f = d / "analysis" / "relay" / SEEDED_RELAY / "relay_problems.csv"
+    bad = pd.read_csv(f)
+    bad.loc[0, "early_correct"] = (bad.loc[0, "early_correct"] + 1) % 65
+    bad.to_csv(f, index=False)
+    from demo.common import DemoError
+    with pytest.raises(DemoError, match="its early samples are not the on-policy relay's"):
+        read_seeded_relay(d)
+    assert RELAY_SEEDED == "relay_seeded"
+
+
 def test_add_keeps_the_committed_points_and_their_provenance(tmp_path, monkeypatch):
     """``--add``: a point run in a later session joins the committed grid; the other points' rows, lift, counts and
     provenance stay as committed (a table written before the grid had a ``search`` column reads it as 0)."""
