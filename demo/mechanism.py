@@ -33,6 +33,7 @@ joins the grid). ``tests/demo/test_mechanism.py`` recomputes the page's numbers 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import shutil
@@ -227,8 +228,9 @@ def run_seeded_relay(d: Path, b: PremiseBudget, *, log=print) -> Path:
     rdir = d / "analysis" / "relay" / SEEDED_RELAY
     final = checkpoint_dir(d / "runs" / eval_name(SEEDED, 0), b.total_steps - 1)
     log(f"relay: early -> {SEEDED} final ({final})")
-    tables, rdir, got = run_relay(RelayConfig(**{**settings, "final": str(final), "out": str(rdir)}),
-                                  log=lambda m: log(f"  {m}"))
+    fields = {f.name for f in dataclasses.fields(RelayConfig)}   # the settings also record what they derive (dtype)
+    cfg = RelayConfig(**{**{k: v for k, v in settings.items() if k in fields}, "final": str(final), "out": str(rdir)})
+    tables, rdir, got = run_relay(cfg, log=lambda m: log(f"  {m}"))
     write_results(rdir, tables, got)
     return rdir
 
@@ -294,6 +296,7 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
         rec = json.loads((keep / PAGE_JSON).read_text())
         measured = {p: m for p, m in rec["measured"].items() if p not in points}
         commands = [*rec.get("commands", [rec["command"]]), *([command] if points else [])]   # none: a re-render
+        commands = list(dict.fromkeys(commands))   # a command rerun (resumed, or a new stage of it) is listed once
     for name, d in points.items():
         pp, relay, lift, wall, settings = read_point(name, d)
         grid.append(point_row(name, pp, relay, lift, wall, settings))
@@ -394,7 +397,8 @@ def render(tdir: Path) -> str:
         f"within {FITS_S:.0f} s on 2 cores (`python -m demo` runs this much and two more trainings in about ten "
         "minutes).",
         "",
-        "Regenerate: " + ", then ".join(f"`{c}`" for c in rec.get("commands", [rec["command"]])) + " (resumable); "
+        "Regenerate: " + ", then ".join(f"`{c}`" for c in dict.fromkeys(rec.get("commands", [rec["command"]])))
+        + " (resumable); "
         "`python -m demo.mechanism --write-only --doc docs/mechanism.md` "
         "renders this page from `mechanism/tables/`, where `tests/demo/test_mechanism.py` recomputes the grid's "
         "narrowing and relay columns from the per-problem counts and the Holm step and verdicts from the lift table.",
