@@ -214,7 +214,7 @@ def test_add_keeps_the_committed_points_and_their_provenance(tmp_path, monkeypat
         assert set(got["point"]) == {*was["point"], "probe"}
     rec, was = json.loads((new / "page.json").read_text()), json.loads((old / "page.json").read_text())
     assert {p: rec["measured"][p] for p in was["measured"]} == was["measured"]
-    assert rec["commands"] == [*was.get("commands", [was["command"]]), "python -m demo.mechanism --add"]
+    assert rec["commands"] == [*dict.fromkeys(was.get("commands", [was["command"]])), "python -m demo.mechanism --add"]
     assert "probe" in render(new) and "search traces (0–3 failed attempts)" in render(new)
     # adding the same point again replaces it rather than doubling it
     again = mech.collect({"probe": tmp_path / "point"}, tmp_path / "again", command="x", keep=new)
