@@ -319,7 +319,8 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
                                                         "relay_seeded", "seeded_final"]))}
     tdir.mkdir(parents=True, exist_ok=True)
     for k, df in tables.items():
-        df.to_csv(tdir / f"{k}.csv", index=False)
+        if len(df) or k != RELAY_SEEDED:   # no point with a seeded relay (--premise folders): no file
+            df.to_csv(tdir / f"{k}.csv", index=False)
     atomic_write_json(tdir / PAGE_JSON, {"writer": "demo.mechanism", "command": commands[-1], "commands": commands,
                                          "measured": measured, "written": time.strftime("%Y-%m-%d %H:%M")}, indent=1)
     return tables
