@@ -388,9 +388,9 @@ def render(tdir: Path) -> str:
         "",
         f"1. **narrowing**: final − warm-up pass@1 with its 95 % interval above 0 and pass@{K}'s below 0 (paired "
         "over problems);",
-        f"2. **relay beyond early**: relay − early at k = {K} with a paired interval excluding 0 (relay − final "
-        "beside it): the final policy completing the early policy's half-responses adds something the early policy "
-        "alone does not reach;",
+        f"2. **relay beyond early**: relay − early at k = {K} with a paired interval excluding 0, of either sign "
+        "(relay − final beside it): the final policy completing the early policy's half-responses reaches something "
+        "other than what the early policy alone reaches;",
         "3. **seed lift at some depth**: in some of the 5 depth bins of the cut, the seeds' continuations differ "
         "from their prompts' fresh groups with an interval excluding 0 and Holm-adjusted p < 0.05 over the bins "
         "(groups resampled);",
