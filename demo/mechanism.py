@@ -283,11 +283,11 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
     grid, lifts, pps, relays, seeded, measured = [], [], [], [], [], {}
     commands = [command]
     if keep is not None:
-        if (keep / f"{RELAY_SEEDED}.csv").is_file():
-            was = pd.read_csv(keep / f"{RELAY_SEEDED}.csv", dtype={"problem_id": str})
-            seeded.append(was[~was["point"].isin(points)])
-        old = {k: pd.read_csv(keep / f"{k}.csv", dtype={"problem_id": str}) for k in TABLES}
+        old = {k: pd.read_csv(keep / f"{k}.csv", dtype={"problem_id": str}) for k in (*TABLES, RELAY_SEEDED)
+               if (keep / f"{k}.csv").is_file()}   # relay_seeded.csv: only where some point has a seeded relay
         old = {k: df[~df["point"].isin(points)] for k, df in old.items()}
+        if len(old.get(RELAY_SEEDED, ())):
+            seeded.append(old[RELAY_SEEDED])
         kept = old["grid"].reindex(columns=GRID_COLUMNS).fillna(ADDED_FIELDS)   # a column added since: its default
         grid.extend(kept.astype({k: type(v) for k, v in ADDED_FIELDS.items()}).to_dict("records"))
         lifts.append(old["lift_by_depth"])
@@ -313,14 +313,12 @@ def collect(points: dict[str, Path], tdir: Path, *, command: str, from_premise: 
     tables = {"grid": pd.DataFrame(grid, columns=GRID_COLUMNS),
               "lift_by_depth": _first(pd.concat(lifts, ignore_index=True), "point"),
               "per_problem": _first(pd.concat(pps, ignore_index=True), "point"),
-              "relay_problems": _first(pd.concat(relays, ignore_index=True), "point"),
-              RELAY_SEEDED: (_first(pd.concat(seeded, ignore_index=True), "point") if seeded
-                             else pd.DataFrame(columns=["point", "problem_id", "n", "early_correct", "relay_onpolicy",
-                                                        "relay_seeded", "seeded_final"]))}
+              "relay_problems": _first(pd.concat(relays, ignore_index=True), "point")}
+    if seeded:   # no point with a seeded relay (--premise folders): no table
+        tables[RELAY_SEEDED] = _first(pd.concat(seeded, ignore_index=True), "point")
     tdir.mkdir(parents=True, exist_ok=True)
     for k, df in tables.items():
-        if len(df) or k != RELAY_SEEDED:   # no point with a seeded relay (--premise folders): no file
-            df.to_csv(tdir / f"{k}.csv", index=False)
+        df.to_csv(tdir / f"{k}.csv", index=False)
     atomic_write_json(tdir / PAGE_JSON, {"writer": "demo.mechanism", "command": commands[-1], "commands": commands,
                                          "measured": measured, "written": time.strftime("%Y-%m-%d %H:%M")}, indent=1)
     return tables
@@ -398,8 +396,7 @@ def render(tdir: Path) -> str:
         f"within {FITS_S:.0f} s on 2 cores (`python -m demo` runs this much and two more trainings in about ten "
         "minutes).",
         "",
-        "Regenerate: " + ", then ".join(f"`{c}`" for c in dict.fromkeys(rec.get("commands", [rec["command"]])))
-        + " (resumable); "
+        "Regenerate: " + ", then ".join(f"`{c}`" for c in rec.get("commands", [rec["command"]])) + " (resumable); "
         "`python -m demo.mechanism --write-only --doc docs/mechanism.md` "
         "renders this page from `mechanism/tables/`, where `tests/demo/test_mechanism.py` recomputes the grid's "
         "narrowing and relay columns from the per-problem counts and the Holm step and verdicts from the lift table.",
